@@ -1,0 +1,35 @@
+"""What the plugin tells the emulated runtime about the running test, without importing torch.
+
+The plugin fills this in at test setup; the runtime (imported only when user code imports
+``torch_npu``) reads it to build fresh per-test state.  A new ``generation`` means "start over".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .chips import DEFAULT_CHIP, ChipProfile, lookup
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    chip: ChipProfile = field(default_factory=lambda: lookup(DEFAULT_CHIP))
+    device_count: int = 1
+    allow: frozenset = frozenset()
+    nodeid: str = ""
+
+
+@dataclass
+class Context:
+    config: TestConfig = field(default_factory=TestConfig)
+    generation: int = 0
+    hook: Any = None           # pytest's hook relay, for pytest_npugraph_* hooks; None outside pytest
+    rootdir: Optional[str] = None
+    emulating: bool = False
+
+    def begin(self, config: TestConfig) -> None:
+        self.config = config
+        self.generation += 1
+
+
+CONTEXT = Context()

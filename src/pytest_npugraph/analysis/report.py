@@ -1,0 +1,45 @@
+"""Names for report texts: streams, sites, tensors, accesses, and the fixes to suggest.
+
+Why: a hazard message must read well to someone who never saw the plugin, so every
+analysis names things the same way (stream labels, ``path:line``, allocation sites).
+"""
+from __future__ import annotations
+
+from ..trace import UNKNOWN_SITE
+
+
+def stream(trace, sid) -> str:
+    info = trace.streams.get(sid)
+    return info.label if info is not None else f"stream#{sid}"
+
+
+def site(rec) -> str:
+    return str(getattr(rec, "site", UNKNOWN_SITE))
+
+
+def known(rec) -> bool:
+    return getattr(rec, "site", UNKNOWN_SITE) != UNKNOWN_SITE
+
+
+def tensor(trace, bid) -> str:
+    """``the tensor allocated at foo.py:3 on npu:0/default (bytes [0, 4096) of npu:0)``."""
+    info = trace.blocks.get(bid)
+    if info is None:
+        return f"block #{bid}"
+    where = "" if info.site == UNKNOWN_SITE else f" at {info.site}"
+    pool = f", graph pool {info.pool}" if info.pool is not None else ""
+    return (f"the tensor allocated{where} on {stream(trace, info.stream)} "
+            f"(bytes [{info.lo}, {info.hi}) of npu:{info.device}{pool})")
+
+
+def access(trace, kernel, writes: bool) -> str:
+    """``npu:0/side writes it in aten::add_ at foo.py:12``."""
+    verb = "writes" if writes else "reads"
+    return f"{stream(trace, kernel.stream)} {verb} it in {kernel.op} at {site(kernel)}"
+
+
+def order_fix(trace, first, then) -> str:
+    """How to make record ``first`` happen before record ``then`` (on another stream)."""
+    a, b = stream(trace, first.stream), stream(trace, then.stream)
+    return (f"record an event on {a} after line {site(first)} and wait for it on {b} before "
+            f"line {site(then)} (for example `{b}.wait_stream({a})` just before {site(then)})")

@@ -1,0 +1,84 @@
+"""The ``npugraph`` fixture object (CONTRACT §4): the test's emulated runtime and checker."""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pytest
+
+from ._context import CONTEXT
+from .hazard import KINDS
+from .outcome import format_report, hazards_of
+
+
+class NpuGraph:
+    def __init__(self, item, outcome):
+        import torch_npu  # noqa: F401  (installs the npu device in torch)
+
+        from .runtime.runtime import current
+
+        self._item = item
+        self._outcome = outcome
+        self._hazards = hazards_of(item)
+        self.runtime = current()
+
+    # --------------------------------------------------------------- the machine
+    @property
+    def chip(self) -> str:
+        return CONTEXT.config.chip.name
+
+    @property
+    def cube_cores(self) -> int:
+        return CONTEXT.config.chip.cube_cores
+
+    @property
+    def vector_cores(self) -> int:
+        return CONTEXT.config.chip.vector_cores
+
+    @property
+    def device_count(self) -> int:
+        return CONTEXT.config.device_count
+
+    @property
+    def trace(self):
+        """The recorded trace (plain data: see ``pytest_npugraph.trace``)."""
+        return self.runtime.trace
+
+    @property
+    def graphs(self) -> list:
+        return self.runtime.graphs
+
+    # ------------------------------------------------------------------ hazards
+    @property
+    def hazards(self) -> list:
+        """The hazards found so far in this test (not those absorbed by ``expect``)."""
+        return self._hazards.open()
+
+    @contextlib.contextmanager
+    def expect(self, kind: str, match: str = None):
+        """Fail unless the block produces a hazard of ``kind`` (message matching ``match``); absorb it."""
+        if kind not in KINDS:
+            raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
+        before = {h.key for h in self._hazards.analyze()}
+        start = len(self.runtime.trace)
+        yield
+        end = len(self.runtime.trace)
+        found = [h for h in self._hazards.analyze()
+                 if h.kind == kind and h.key not in self._hazards.absorbed
+                 and (h.key not in before or any(start <= s < end for s in h.seqs))
+                 and (match is None or re.search(match, h.message))]
+        if not found:
+            others = [h for h in self._hazards.open() if h.key not in before]
+            detail = ("\nother hazards in the block:\n" + format_report(others)) if others else ""
+            pytest.fail(f"npugraph.expect({kind!r}" + (f", match={match!r}" if match else "") +
+                        f"): the block produced no such hazard{detail}", pytrace=False)
+        self._hazards.absorbed.update(h.key for h in found)
+
+    def assert_clean(self, *kinds: str) -> None:
+        """Raise AssertionError describing every hazard found so far (of ``kinds``, or any kind)."""
+        for kind in kinds:
+            if kind not in KINDS:
+                raise ValueError(f"npugraph.assert_clean: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
+        found = [h for h in self.hazards if not kinds or h.kind in kinds]
+        if found:
+            raise AssertionError(format_report(found))

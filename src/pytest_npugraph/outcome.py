@@ -1,0 +1,129 @@
+"""From hazards to pytest outcomes: fail, warn or record; report sections; the session summary.
+
+Analyses run on the test's trace when the test body has finished (and whenever the
+``npugraph`` fixture asks); hazards absorbed by ``npugraph.expect`` or allowed by ``npu_allow``
+do not fail the test.  Findings travel in ``report.user_properties`` so the summary also
+works under pytest-xdist.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter, defaultdict
+
+import pytest
+
+from ._context import CONTEXT
+from .hazard import Hazard, NpuHazardWarning
+
+PROPERTY = "npugraph_hazards"
+_STASH = pytest.StashKey()
+
+
+class TestHazards:
+    """The hazards of one test: analysis results (cached per trace length) and what was absorbed."""
+
+    def __init__(self):
+        self.absorbed: set = set()
+        self._cache = (-1, [])
+
+    def analyze(self) -> list:
+        from .runtime.runtime import peek
+
+        rt = peek()
+        if rt is None:
+            return []
+        n = len(rt.trace.records)
+        if self._cache[0] != n:
+            from .analysis import analyze
+
+            self._cache = (n, _unique(analyze(rt.trace)))
+        return self._cache[1]
+
+    def open(self) -> list:
+        return [h for h in self.analyze() if h.key not in self.absorbed]
+
+
+def _unique(hazards) -> list:
+    seen, out = set(), []
+    for h in hazards:
+        if h.key not in seen:
+            seen.add(h.key)
+            out.append(h)
+    return out
+
+
+def hazards_of(item) -> TestHazards:
+    state = item.stash.get(_STASH, None)
+    if state is None:
+        state = item.stash[_STASH] = TestHazards()
+    return state
+
+
+def format_report(hazards) -> str:
+    lines = [f"npugraph found {len(hazards)} hazard(s):"]
+    for i, h in enumerate(hazards, 1):
+        lines.append(f"\n--- {i}. {h.kind} ---\n{h.message}")
+    return "\n".join(lines)
+
+
+class HazardOutcome:
+    """Registered as a plugin: turns each test's hazards into its outcome and the summary."""
+
+    def __init__(self, config, chip: str, mode: str):
+        self.config = config
+        self.chip = chip
+        self.mode = mode
+        self.summary = defaultdict(Counter)   # kind -> Counter(status)
+        self.tests = defaultdict(set)         # kind -> nodeids
+
+    def check(self, item) -> None:
+        state = hazards_of(item)
+        found = state.analyze()
+        if not found:
+            return
+        for h in found:
+            item.ihook.pytest_npugraph_hazard(item=item, hazard=h)
+        allow = CONTEXT.config.allow
+        failing, listed = [], []
+        for h in found:
+            status = ("expected" if h.key in state.absorbed else
+                      "allowed" if h.kind in allow else
+                      "warning" if h.severity == "warning" or self.mode == "warn" else
+                      "recorded" if self.mode == "off" else "failed")
+            listed.append((h.kind, status, h.message))
+            if status == "failed":
+                failing.append(h)
+            elif status == "warning":
+                warnings.warn(NpuHazardWarning(f"[{h.kind}] {h.message}"))
+        item.user_properties.append((PROPERTY, listed))
+        shown = [h for h in found if h.key not in state.absorbed]
+        if shown:
+            item.add_report_section("call", "npugraph hazards", format_report(shown))
+        if failing:
+            pytest.fail(format_report(failing), pytrace=False)
+
+    # ----------------------------------------------------------------- summary
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                for kind, status, _ in value:
+                    self.summary[kind][status] += 1
+                    self.tests[kind].add(report.nodeid)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.summary:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "npugraph hazards by kind")
+        statuses = ("failed", "expected", "allowed", "warning", "recorded")
+        tr.write_line(f"{'kind':<24}" + "".join(f"{s:>10}" for s in statuses) + "   tests")
+        for kind in sorted(self.summary):
+            counts = self.summary[kind]
+            tests = sorted(self.tests[kind])
+            shown = ", ".join(t.split("::")[-1] for t in tests[:3]) + (f" (+{len(tests) - 3})" if len(tests) > 3 else "")
+            tr.write_line(f"{kind:<24}" + "".join(f"{counts[s]:>10}" for s in statuses) + f"   {shown}")
+
+
+__all__ = ["Hazard", "HazardOutcome", "hazards_of", "format_report"]

@@ -1,0 +1,153 @@
+"""pytest-npugraph's pytest plugin (entry point ``npugraph``).
+
+Loading it imports neither torch nor networkx: the emulated runtime is imported only when user
+code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from . import activation
+from ._context import CONTEXT
+from .chips import CHIPS, DEFAULT_CHIP, lookup
+from .hazard import NpuHazardWarning
+from .markers import MARKERS, MarkerError, config_for
+from .outcome import HazardOutcome
+
+_EMULATE = ("auto", "on", "off")
+_HAZARDS = ("error", "warn", "off")
+STASH_OUTCOME = pytest.StashKey()
+STASH_MODULES = pytest.StashKey()
+
+
+def pytest_addhooks(pluginmanager):
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("npugraph", "Ascend NPU emulation and hazard checks (pytest-npugraph)")
+    group.addoption("--npu-emulate", choices=_EMULATE, default=None,
+                    help="emulate torch_npu/torchair on the CPU: on, off, or auto (on unless a real torch_npu is "
+                         "installed). ini: npu_emulate")
+    group.addoption("--npu-chip", default=None, metavar="NAME",
+                    help=f"default chip profile of emulated devices ({', '.join(CHIPS)}). ini: npu_chip")
+    group.addoption("--npu-hazards", choices=_HAZARDS, default=None,
+                    help="what a hazard does to its test: error (fail, default), warn (NpuHazardWarning), "
+                         "off (record only). ini: npu_hazards")
+    parser.addini("npu_emulate", "default for --npu-emulate (auto, on, off)", default="auto")
+    parser.addini("npu_chip", "default for --npu-chip", default=DEFAULT_CHIP)
+    parser.addini("npu_hazards", "default for --npu-hazards (error, warn, off)", default="error")
+
+
+def _setting(config, name: str, choices=None) -> str:
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name)
+    value = str(value).strip()
+    if choices is not None and value not in choices:
+        raise pytest.UsageError(f"npugraph: ini option {name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _emulation_wanted(config) -> bool:
+    mode = _setting(config, "npu_emulate", _EMULATE)
+    return mode == "on" or (mode == "auto" and not activation.real_torch_npu_installed())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Activate before conftest.py files are imported, so their ``import torch_npu`` is emulated."""
+    try:
+        wanted = _emulation_wanted(early_config)
+    except (ValueError, pytest.UsageError):
+        return  # reported again, properly, from pytest_configure
+    if wanted:
+        activation.activate()
+        CONTEXT.emulating = True
+
+
+def pytest_configure(config):
+    for name, help_text in MARKERS.items():
+        config.addinivalue_line("markers", help_text)
+    chip = _setting(config, "npu_chip")
+    if chip not in CHIPS:
+        raise pytest.UsageError(f"npugraph: --npu-chip / npu_chip: unknown chip {chip!r}; known chips: "
+                                f"{', '.join(CHIPS)}")
+    hazards = _setting(config, "npu_hazards", _HAZARDS)
+    emulating = _emulation_wanted(config)
+    if emulating:
+        activation.activate()
+    CONTEXT.emulating = emulating
+    CONTEXT.hook = config.hook
+    CONTEXT.rootdir = str(config.rootpath)
+    config._npugraph = HazardOutcome(config, chip, hazards)
+    config.pluginmanager.register(config._npugraph, "npugraph-outcome")
+
+
+def pytest_unconfigure(config):
+    CONTEXT.hook = None
+
+
+def pytest_report_header(config):
+    outcome = getattr(config, "_npugraph", None)
+    if outcome is None:
+        return None
+    if not CONTEXT.emulating:
+        return "npugraph: NPU emulation off"
+    chip = lookup(outcome.chip)
+    return (f"npugraph: NPU emulation on ({chip.name}: {chip.cube_cores} cube / {chip.vector_cores} vector "
+            f"cores, {chip.hbm_bytes >> 30} GiB per device), hazards: {outcome.mode}")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    errors = []
+    for item in items:
+        try:
+            config_for(item, _setting(config, "npu_chip"))
+        except MarkerError as exc:
+            errors.append(f"{item.nodeid}: {exc}")
+    if errors:
+        raise pytest.UsageError("npugraph: malformed markers:\n  " + "\n  ".join(errors))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Fresh emulated state for every test (built lazily when the test first touches the NPU)."""
+    if not CONTEXT.emulating:
+        return
+    CONTEXT.begin(config_for(item, _setting(item.config, "npu_chip")))
+    item.stash[STASH_MODULES] = activation.snapshot()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if CONTEXT.emulating:
+        item.config._npugraph.check(item)
+    return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    state = item.stash.get(STASH_MODULES, None)
+    if state is not None:
+        changed = activation.restore(state)
+        if changed:
+            warnings.warn(NpuHazardWarning(
+                f"npugraph: {item.nodeid} replaced {', '.join(map(str, changed))}; restored the emulated "
+                f"versions so later tests are not affected"))
+
+
+@pytest.fixture
+def npugraph(request):
+    """The emulated NPU runtime and hazard checker of this test (CONTRACT §4)."""
+    if not CONTEXT.emulating:
+        pytest.skip("npugraph: NPU emulation is off (--npu-emulate=off, or a real torch_npu is installed "
+                    "and --npu-emulate=auto)")
+    from .fixture import NpuGraph
+
+    return NpuGraph(request.node, request.config._npugraph)

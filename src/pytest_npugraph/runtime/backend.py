@@ -1,0 +1,91 @@
+"""Make torch know the ``npu`` device: once per process, when the emulated torch_npu is imported.
+
+This is what ``import torch_npu`` does to torch (rename PrivateUse1 to ``npu``, register
+``torch.npu``, add ``Tensor.npu``/``is_npu``/``Module.npu``), done through PyTorch's Python
+backend hooks, plus a PrivateUse1 fallback that creates NPU tensors for factory functions.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .tensor import NPU, NpuTensor, _launch, _unwrap, wrap
+from .runtime import current
+
+_installed = False
+_library = None
+
+
+def _target_device(args, kwargs):
+    for value in list(kwargs.values()) + list(args):
+        if isinstance(value, torch.device) and value.type == NPU:
+            return current().current_device() if value.index is None else value.index
+    return current().current_device()
+
+
+def _privateuse1_fallback(keyset, op, *args, **kwargs):
+    """Ops that reach the npu backend with no NPU tensor argument: factories (``empty``...)."""
+    index = _target_device(args, kwargs)
+    rt = current()
+    if index >= len(rt.devices):
+        import torch_npu._C as C
+
+        C._check_device(index)
+    out = op(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    created = []
+
+    def wrap_one(x):
+        if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor):
+            t = wrap(x, index)
+            created.append(t)
+            return t
+        return x
+
+    result = tree_map(wrap_one, out)
+    name = op._schema.name
+    if not name.startswith("aten::empty") and created:
+        _launch(name, index, [], created)
+    return result
+
+
+def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
+    """``Tensor.npu``: copy to an NPU (the current one by default)."""
+    if device is None:
+        index = current().current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        try:
+            d = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise RuntimeError("Invalid device, must be npu device") from None
+        if d.type != NPU:
+            raise RuntimeError("Invalid device, must be npu device")
+        index = current().current_device() if d.index is None else d.index
+    return self.to(torch.device(NPU, index), non_blocking=non_blocking, **kwargs)
+
+
+def _module_npu(self, device=None):
+    return self._apply(lambda t: _tensor_npu(t, device))
+
+
+def install(npu_module) -> None:
+    """Register the npu device with torch (idempotent; cannot be undone within a process)."""
+    global _installed, _library
+    if _installed:
+        return
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", NPU):
+        raise RuntimeError(f"PrivateUse1 is already renamed to {name!r}; cannot emulate npu in this process")
+    from torch.utils import backend_registration as br
+
+    if name != NPU:
+        br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module)
+    _library = torch.library.Library("_", "IMPL")
+    _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    torch.Tensor.npu = _tensor_npu
+    torch.nn.Module.npu = _module_npu
+    from .ops import library
+
+    library.install()
+    _installed = True

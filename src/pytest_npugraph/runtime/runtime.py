@@ -1,0 +1,211 @@
+"""The per-test emulated machine: devices, the calling thread's current device and streams,
+and the trace every analysis reads.
+
+``current()`` returns the runtime of the running test, building a fresh one whenever the
+plugin has started a new test (``_context.CONTEXT.generation``), so nothing leaks between tests.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+from typing import Optional
+
+from .. import trace as T
+from .._context import CONTEXT
+from .callsite import user_site
+from .device import Device
+from .streams import EventState, StreamState
+
+_ids = itertools.count(1)   # process-wide, so handles from an older test never collide
+
+
+class Runtime:
+    def __init__(self, config, generation: int = 0):
+        self.config = config
+        self.generation = generation
+        self.trace = T.Trace()
+        self.lock = threading.RLock()
+        self._local = threading.local()
+        self.stream_marks: dict = {}     # sid -> seq of the latest record issued on it
+        self.host_known: dict = {}       # sid -> mark the host knows completed
+        self.freed_ranges: dict = {}     # device -> sorted list of (lo, hi, bid) of freed blocks
+        self.graphs: list = []           # graph records (npugraph.graphs)
+        self.tagged_events: dict = {}    # torchair tag -> Event
+        self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
+        self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
+        for d in self.devices:
+            self.marker("device", detail=(d.index, d.cube_cores, d.vector_cores))
+
+    # ------------------------------------------------------------------ identities
+    def new_block_id(self) -> int:
+        return next(_ids)
+
+    def new_stream(self, device: int, stream_id: int, label: str, **kw) -> StreamState:
+        state = StreamState(next(_ids), device, stream_id, label, **kw)
+        self.trace.streams[state.sid] = T.StreamInfo(state.sid, device, stream_id, label)
+        return state
+
+    def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
+        state = EventState(next(_ids), label, enable_timing=enable_timing, external=external)
+        state.label = f"{label}#{state.eid}" if tag is None else label
+        self.trace.events[state.eid] = T.EventInfo(state.eid, state.label, user_site(3), external, tag)
+        return state
+
+    # ------------------------------------------------------ current device/stream
+    def device(self, index: Optional[int] = None) -> Device:
+        if index is None:
+            index = self.current_device()
+        return self.devices[index]
+
+    def stream_by_id(self, device: int, stream_id: int) -> StreamState:
+        if not 0 <= device < len(self.devices):
+            from .errors import ErrCode, pta_error
+
+            raise RuntimeError(f"Invalid device index {device}" + pta_error(ErrCode.VALUE))
+        return self.devices[device].stream_by_id(stream_id)
+
+    def current_device(self) -> int:
+        return getattr(self._local, "device", 0)
+
+    def set_current_device(self, index: int) -> None:
+        self._local.device = index
+
+    def _current_streams(self) -> dict:
+        streams = getattr(self._local, "streams", None)
+        if streams is None:
+            streams = self._local.streams = {}
+        return streams
+
+    def current_stream(self, device: Optional[int] = None) -> StreamState:
+        d = self.device(device)
+        return self._current_streams().get(d.index, d.default_stream)
+
+    def set_current_stream(self, state: StreamState) -> None:
+        self._current_streams()[state.device] = state
+
+    # ------------------------------------------------------------------- recording
+    def _append(self, record) -> None:
+        self.trace.records.append(record)
+
+    def _seq(self) -> int:
+        return len(self.trace.records)
+
+    def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
+               site=None, graph=None, collective=None) -> int:
+        with self.lock:
+            seq = self._seq()
+            cube, vector = self.devices[stream.device].stream_limits(stream)
+            self._append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
+                                  site or user_site(3), cores, cube, vector, graph, collective))
+            self.stream_marks[stream.sid] = seq
+            return seq
+
+    def record_event(self, event: EventState, stream: StreamState, site=None) -> None:
+        with self.lock:
+            seq = self._seq()
+            self._append(T.EventRecord(seq, stream.sid, event.eid, site or user_site(3)))
+            self.stream_marks[stream.sid] = seq
+            event.device = stream.device
+            event.record_stream = stream.sid
+            event.record_mark = seq
+            event.waits_since_record = 0
+            event.stamp()
+
+    def wait_event(self, event: EventState, stream: StreamState, site=None) -> None:
+        with self.lock:
+            seq = self._seq()
+            self._append(T.EventWait(seq, stream.sid, event.eid, site or user_site(3)))
+            self.stream_marks[stream.sid] = seq
+            event.waits_since_record += 1
+
+    def host_sync(self, what: str, *, device: int = 0, stream: Optional[StreamState] = None,
+                  event: Optional[EventState] = None, site=None) -> None:
+        with self.lock:
+            self._append(T.HostSync(self._seq(), what, device, stream.sid if stream else None,
+                                    event.eid if event else None, site or user_site(3)))
+            if what == "device":
+                for s in self.devices[device].streams.values():
+                    self._learn(s.sid, self.stream_marks.get(s.sid, -1))
+            elif stream is not None:
+                self._learn(stream.sid, self.stream_marks.get(stream.sid, -1))
+            elif event is not None and event.recorded:
+                self._learn(event.record_stream, event.record_mark)
+
+    def _learn(self, sid: int, mark: int) -> None:
+        if mark > self.host_known.get(sid, -1):
+            self.host_known[sid] = mark
+
+    def marker(self, what: str, stream: Optional[StreamState] = None, detail=(), site=None) -> None:
+        with self.lock:
+            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, tuple(detail),
+                                  site or user_site(3)))
+
+    # ------------------------------------------------------------------ allocator
+    def stream_mark(self, sid: int) -> int:
+        return self.stream_marks.get(sid, -1)
+
+    def stream_completed(self, sid: int, mark: int) -> bool:
+        return self.host_known.get(sid, -1) >= mark
+
+    def on_alloc(self, block, site=None, pool=None) -> None:
+        with self.lock:
+            site = site or user_site(3)
+            self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
+                                                       block.lo + block.size, block.requested, site, pool)
+            self._append(T.Alloc(self._seq(), block.bid, site, self._reused(block)))
+
+    def _reused(self, block) -> Optional[int]:
+        """The most recently freed block whose bytes the new one occupies (if any)."""
+        ranges = self.freed_ranges.get(block.device)
+        if not ranges:
+            return None
+        lo, hi = block.lo, block.lo + block.size
+        i = bisect.bisect_left(ranges, (lo, -1, -1))
+        hits = [r for r in ranges[max(0, i - 1):] if r[0] < hi][:64]
+        hits = [r for r in hits if r[1] > lo]
+        for r in hits:
+            ranges.remove(r)
+        return max((r[2] for r in hits), default=None)
+
+    def known_block(self, block) -> None:
+        """Name a block allocated by an earlier test's runtime (module-level tensors)."""
+        if block.bid not in self.trace.blocks:
+            self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
+                                                       block.lo + block.size, block.requested,
+                                                       T.Site("<before this test>", 0))
+
+    def on_free(self, block) -> None:
+        if block.bid not in self.trace.blocks:
+            return  # allocated by an earlier test: not part of this trace
+        with self.lock:
+            self._append(T.Free(self._seq(), block.bid, user_site(3)))
+            bisect.insort(self.freed_ranges.setdefault(block.device, []),
+                          (block.lo, block.lo + block.size, block.bid))
+
+    def record_stream(self, block, stream: StreamState) -> None:
+        with self.lock:
+            block.stream_uses.add(stream.sid)
+            self._append(T.RecordStream(self._seq(), block.bid, stream.sid, user_site(3)))
+
+
+_current: Optional[Runtime] = None
+_current_lock = threading.Lock()
+
+
+def current() -> Runtime:
+    """The running test's runtime (a fresh one after the plugin starts a new test)."""
+    global _current
+    rt = _current
+    if rt is None or rt.generation != CONTEXT.generation:
+        with _current_lock:
+            rt = _current
+            if rt is None or rt.generation != CONTEXT.generation:
+                rt = _current = Runtime(CONTEXT.config, CONTEXT.generation)
+    return rt
+
+
+def peek() -> Optional[Runtime]:
+    """The runtime of the running test if user code created one, else None."""
+    rt = _current
+    return rt if rt is not None and rt.generation == CONTEXT.generation else None

@@ -1,0 +1,331 @@
+"""``NpuTensor``: a tensor whose device is ``npu:N`` and whose data is a CPU payload.
+
+Every aten or custom op on NPU tensors passes through ``__torch_dispatch__``: it runs the op
+on the CPU payloads and records a task on the current stream of the tensors' device, with
+the simulated bytes it reads and writes (from the op schema's alias information, as
+PyTorch's CUDA sanitizer classifies arguments) and the user's source line.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .. import trace as T
+from . import profiles
+from .callsite import user_site
+from .runtime import current
+
+NPU = "npu"
+_storage_blocks: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    return t.device.type == "meta" or type(t).__name__ in ("FakeTensor", "FunctionalTensor")
+
+
+class NpuTensor(torch.Tensor):
+    """An emulated NPU tensor (see the module docstring)."""
+
+    _payload: torch.Tensor
+    _block: object
+
+    @staticmethod
+    def __new__(cls, payload: torch.Tensor, device_index: int, block=None):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, payload.size(), strides=payload.stride(), storage_offset=payload.storage_offset(),
+            dtype=payload.dtype, layout=payload.layout, device=torch.device(NPU, device_index),
+            requires_grad=payload.requires_grad)
+        t._payload = payload
+        t._block = block
+        return t
+
+    # -- traceable-subclass protocol, so torch.compile sees through NPU tensors
+    def __tensor_flatten__(self):
+        return ["_payload"], self.device.index
+
+    @staticmethod
+    def __tensor_unflatten__(inner, device_index, outer_size, outer_stride):
+        return wrap(inner["_payload"], device_index)
+
+    def __repr__(self, *, tensor_contents=None):
+        rt = current()
+        read_to_host(rt, self, "aten::_to_copy (print)")
+        text = repr(self._payload.detach())
+        suffix = f"device='{self.device}'"
+        head, sep, tail = text.rpartition(", dtype=")
+        if sep:
+            return f"{head}, {suffix}{sep}{tail}"
+        return f"{text[:-1]}, {suffix})"
+
+    def data_ptr(self) -> int:
+        """The simulated device address of the first element (what real code compares)."""
+        block = self._block
+        if block is None:
+            return 0
+        return block.lo + self._payload.storage_offset() * self._payload.element_size()
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if any(not issubclass(t, NpuTensor) and t is not torch.Tensor for t in types):
+            return NotImplemented
+        return dispatch(func, args, kwargs or {})
+
+
+# ---------------------------------------------------------------------- blocks
+def wrap(payload: torch.Tensor, device_index: int, stream=None, site=None) -> NpuTensor:
+    """An NPU tensor over ``payload``, sharing the block of any NPU tensor on the same storage."""
+    if _is_fake(payload):
+        return NpuTensor(payload, device_index)
+    storage = payload.untyped_storage()
+    nbytes = storage.nbytes()
+    if nbytes == 0:
+        return NpuTensor(payload, device_index)
+    key = storage.data_ptr()
+    block = _storage_blocks.get(key)
+    if block is None:
+        rt = current()
+        if stream is None:
+            stream = rt.current_stream(device_index)
+        capture = stream.capture
+        block = rt.devices[device_index].allocator.malloc(
+            nbytes, stream.sid, pool=capture.pool if capture is not None else None)
+        _storage_blocks[key] = block
+        rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
+    return NpuTensor(payload, device_index, block)
+
+
+def span(t: NpuTensor):
+    """The simulated bytes ``t`` covers, or None for an empty or block-less tensor."""
+    block = t._block
+    if block is None or t._payload.numel() == 0:
+        return None
+    p = t._payload
+    size = p.element_size()
+    start = p.storage_offset()
+    extent = sum((n - 1) * abs(s) for n, s in zip(p.shape, p.stride()))
+    return T.Span(block.device, block.lo + start * size, block.lo + (start + extent + 1) * size, block.bid)
+
+
+# -------------------------------------------------------------------- dispatch
+class _Plan:
+    """What dispatch needs to know about an op, computed once per OpOverload."""
+
+    __slots__ = ("name", "args", "metadata_only", "special", "returns_args")
+
+    def __init__(self, func):
+        schema = func._schema
+        self.name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        self.metadata_only = any(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in schema.returns) or _FACTORY_LIKE(schema.name)
+        self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
+                     for i, a in enumerate(schema.arguments)]
+        self.special = _SPECIAL.get(schema.name)
+        # in-place and out= ops return the very tensor object they wrote to
+        written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write}
+        self.returns_args = [written.get(next(iter(r.alias_info.before_set), None)) if r.alias_info else None
+                             for r in schema.returns]
+
+
+def _FACTORY_LIKE(name: str) -> bool:
+    base = name.split("::")[-1]
+    return base.startswith("new_") or base.endswith("_like")
+
+
+_plans: dict = {}
+
+
+def _npu_tensors(value):
+    if isinstance(value, NpuTensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, NpuTensor):
+                yield v
+
+
+def _unwrap(x):
+    if isinstance(x, NpuTensor):
+        return x._payload
+    if isinstance(x, torch.device) and x.type == NPU:
+        return torch.device("cpu")
+    return x
+
+
+def _same_device(tensors, plan) -> int:
+    index = tensors[0].device.index
+    for t in tensors[1:]:
+        if t.device.index != index:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, npu:{index} and npu:{t.device.index}!")
+    return index
+
+
+def dispatch(func, args, kwargs):
+    plan = _plans.get(func)
+    if plan is None:
+        plan = _plans[func] = _Plan(func)
+    if plan.special is not None:
+        return plan.special(func, plan, args, kwargs)
+    return _run(func, plan, args, kwargs)
+
+
+def _run(func, plan, args, kwargs):
+    """Run an op on the payloads and record it as a task (the common path)."""
+    reads, writes, inputs = [], [], []
+    for i, name, kwarg_only, is_write in plan.args:
+        value = kwargs.get(name) if kwarg_only or i >= len(args) else args[i]
+        for t in _npu_tensors(value):
+            inputs.append(t)
+            if is_write:
+                writes.append(t)
+            elif not plan.metadata_only:
+                reads.append(t)
+    if not inputs:   # e.g. a tensor list kwarg not named in the schema: find them all
+        inputs = [t for v in list(args) + list(kwargs.values()) for t in _npu_tensors(v)]
+    if any(_is_fake(t._payload) for t in inputs):
+        return _wrap_outputs(func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs)),
+                             inputs[0].device.index, None)
+    device = _same_device(inputs, plan) if inputs else current().current_device()
+    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    fresh: list = []
+    result = _wrap_outputs(out, device, fresh)
+    if any(i is not None for i in plan.returns_args):
+        result = _return_written(plan, args, kwargs, result)
+    if plan.metadata_only:
+        return result
+    _launch(plan.name, device, reads, writes + fresh)
+    return result
+
+
+def _return_written(plan, args, kwargs, result):
+    def arg(i):
+        _, name, kwarg_only, _ = plan.args[i]
+        return kwargs[name] if kwarg_only or i >= len(args) else args[i]
+    if not isinstance(result, tuple):
+        return arg(plan.returns_args[0])
+    return tuple(r if i is None else arg(i) for r, i in zip(result, plan.returns_args))
+
+
+def _wrap_outputs(out, device, fresh):
+    def wrap_one(x):
+        if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor):
+            known = x.untyped_storage().data_ptr() in _storage_blocks if fresh is not None else True
+            t = wrap(x, device)
+            if fresh is not None and not known:
+                fresh.append(t)
+            return t
+        return x
+    return tree_map(wrap_one, out)
+
+
+def _launch(op: str, device: int, reads, writes, stream=None):
+    rt = current()
+    if stream is None:
+        stream = rt.current_stream(device)
+    read_spans = [s for s in map(span, reads) if s is not None]
+    write_spans = [s for s in map(span, writes) if s is not None]
+    for t in reads + writes:
+        if t._block is not None and t._block.allocator.runtime is not rt:
+            rt.known_block(t._block)
+    if stream.capture is not None:
+        stream.capture.add(op, read_spans, write_spans, stream)
+        return
+    rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
+              site=user_site(3))
+
+
+def read_to_host(rt, t: NpuTensor, op: str) -> None:
+    """A blocking device-to-host read: a copy task, then the host waits for the stream."""
+    stream = rt.current_stream(t.device.index)
+    s = span(t)
+    rt.kernel(stream, op, [s] if s else [], [], cores=profiles.COPY, site=user_site(3))
+    rt.host_sync("read", device=t.device.index, stream=stream, site=user_site(3))
+
+
+# ---------------------------------------------------------------- special ops
+def _record_stream(func, plan, args, kwargs):
+    t, stream = args[0], args[1]
+    rt = current()
+    if t._block is None:
+        return None
+    state = rt.stream_by_id(stream.device_index, stream.stream_id)
+    if state.external:
+        from .errors import ErrCode, pta_error
+
+        raise RuntimeError("External NPU stream is not supported in record_stream. This path requires a "
+                           "torch_npu-managed stream." + pta_error(ErrCode.NOT_SUPPORT))
+    if t._block.allocator.runtime is not rt:
+        rt.known_block(t._block)
+    rt.record_stream(t._block, state)
+    return None
+
+
+def _to_copy(func, plan, args, kwargs):
+    src = args[0]
+    target = kwargs.get("device")
+    if target is not None and torch.device(target).type != NPU:
+        rt = current()
+        if not _is_fake(src._payload):
+            if kwargs.get("non_blocking"):
+                _launch(plan.name + " (D2H)", src.device.index, [src], [])
+            else:
+                read_to_host(rt, src, plan.name + " (D2H)")
+        kw = dict(kwargs)
+        kw.pop("non_blocking", None)
+        return func(src._payload, **kw)
+    if target is not None:
+        index = torch.device(target).index
+        kwargs = dict(kwargs, device=torch.device(NPU, current().current_device() if index is None else index))
+    return _run(func, plan, args, kwargs)
+
+
+def _copy(func, plan, args, kwargs):
+    dst, src = args[0], args[1]
+    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    if isinstance(dst, NpuTensor) and isinstance(src, NpuTensor):
+        return _run(func, plan, args, kwargs)
+    rt = current()
+    if isinstance(dst, NpuTensor):          # host to device
+        dst._payload.copy_(src)
+        if not _is_fake(dst._payload):
+            _launch(plan.name + " (H2D)", dst.device.index, [], [dst])
+            if not non_blocking:
+                rt.host_sync("stream", device=dst.device.index, stream=rt.current_stream(dst.device.index),
+                             site=user_site(2))
+        return dst
+    if not _is_fake(src._payload):           # device to host
+        if non_blocking:
+            _launch(plan.name + " (D2H)", src.device.index, [src], [])
+        else:
+            read_to_host(rt, src, plan.name + " (D2H)")
+    dst.copy_(src._payload)
+    return dst
+
+
+def _host_read(func, plan, args, kwargs):
+    """Ops whose result (a scalar or a data-dependent shape) the host must wait for."""
+    result = _run(func, plan, args, kwargs)
+    inputs = [t for v in args for t in _npu_tensors(v)]
+    if inputs and not _is_fake(inputs[0]._payload):
+        rt = current()
+        device = inputs[0].device.index
+        rt.host_sync("read", device=device, stream=rt.current_stream(device), site=user_site(2))
+    return result
+
+
+_SPECIAL = {
+    "aten::record_stream": _record_stream,
+    "aten::_to_copy": _to_copy,
+    "aten::copy_": _copy,
+    "aten::_local_scalar_dense": _host_read,
+    "aten::nonzero": _host_read,
+    "aten::masked_select": _host_read,
+    "aten::_unique2": _host_read,
+    "aten::unique_dim": _host_read,
+    "aten::unique_consecutive": _host_read,
+    "aten::equal": _host_read,
+    "aten::is_nonzero": _host_read,
+}

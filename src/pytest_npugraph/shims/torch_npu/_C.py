@@ -1,0 +1,288 @@
+"""Emulated ``torch_npu._C``: the boundary between torch_npu's Python layer and the runtime.
+
+The real module is C++; here each function forwards to the per-test emulated runtime, with
+torch_npu's checks and messages.  The Python modules of this package call only these, in the
+same places the real ones call the C++ extension.
+"""
+from __future__ import annotations
+
+import torch
+
+from pytest_npugraph.runtime import runtime as _runtime
+from pytest_npugraph.runtime.errors import ErrCode, pta_error
+
+PRIVATEUSE1 = 20   # c10::DeviceType::PrivateUse1
+
+
+def _rt():
+    return _runtime.current()
+
+
+def _acl_error(call: str, detail: str) -> RuntimeError:
+    return RuntimeError(f"{call} failed, error code is 107001\n[Error]: {detail}" + pta_error(ErrCode.ACL))
+
+
+# ----------------------------------------------------------------------- devices
+def _npu_getDeviceCount() -> int:
+    return len(_rt().devices)
+
+
+def _check_device(index: int, call: str = "aclrtSetDevice"):
+    rt = _rt()
+    if index >= len(rt.devices):
+        raise _acl_error(call, f"invalid device id {index}: the emulated machine has {len(rt.devices)} "
+                               f"device(s) (set more with @pytest.mark.npu_devices(N))")
+    return rt
+
+
+def _npu_setDevice(index: int) -> None:
+    if index < 0:
+        raise RuntimeError("device id must be positive!" + pta_error(ErrCode.VALUE))
+    rt = _check_device(index)
+    rt.set_current_device(index)
+    rt.devices[index].initialized = True
+
+
+def _npu_getDevice() -> int:
+    rt = _rt()
+    index = rt.current_device()
+    rt.devices[index].initialized = True
+    return index
+
+
+def _npu_getDeviceWithoutSet() -> int:
+    rt = _rt()
+    return rt.current_device() if getattr(rt._local, "device", None) is not None else -1
+
+
+def _npu_maybeExchangeDevice(index: int) -> int:
+    previous = _npu_getDeviceWithoutSet()
+    if index >= 0:
+        _npu_setDevice(index)
+    return previous
+
+
+def _npu_synchronize() -> None:
+    rt = _rt()
+    rt.host_sync("device", device=rt.current_device())
+
+
+def _device_initialized(index: int, what: str):
+    rt = _rt()
+    device = rt.devices[index]
+    if not getattr(device, "initialized", False) and index != rt.current_device():
+        raise RuntimeError(f"NPU device {index} has not been initialized! Can not {what} device resource limit")
+    return rt, device
+
+
+def _record_limit(rt, stream_or_device, what):
+    """Tell the trace the limits now in force (Marker detail = effective (cube, vector))."""
+    if what == "device":
+        d = stream_or_device
+        rt.marker("device_limit", detail=(d.index, *d.device_limits()))
+    else:
+        s = stream_or_device
+        rt.marker("stream_limit", s, detail=rt.devices[s.device].stream_limits(s))
+
+
+def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
+    rt, d = _device_initialized(device, "set")
+    if type == 0:
+        d.cube_limit = value
+    else:
+        d.vector_limit = value
+    _record_limit(rt, d, "device")
+
+
+def _npu_get_device_res_limit(device: int, type: int) -> int:
+    _, d = _device_initialized(device, "get")
+    return d.device_limits()[0 if type == 0 else 1]
+
+
+# ----------------------------------------------------------------------- streams
+def _stream_state(stream_id: int, device_index: int, device_type: int = PRIVATEUSE1):
+    return _rt().stream_by_id(device_index, stream_id)
+
+
+def _npu_getCurrentStream(device: int):
+    rt = _check_device(device, "aclrtGetCurrentStream")
+    s = rt.current_stream(device)
+    return (s.stream_id, s.device, PRIVATEUSE1)
+
+
+def _npu_getDefaultStream(device: int):
+    rt = _check_device(device, "aclrtGetDefaultStream")
+    s = rt.devices[device].default_stream
+    return (s.stream_id, s.device, PRIVATEUSE1)
+
+
+def _npu_setStream(stream_id: int, device_index: int, device_type: int = PRIVATEUSE1) -> None:
+    state = _stream_state(stream_id, device_index, device_type)
+    rt = _rt()
+    if device_index != rt.current_device():
+        _npu_setDevice(device_index)
+    rt.set_current_stream(state)
+
+
+def _npu_set_stream_res_limit(stream_id, device_index, device_type, type, value) -> None:
+    state = _stream_state(stream_id, device_index, device_type)
+    if type == 0:
+        state.cube_limit = value
+    else:
+        state.vector_limit = value
+    _record_limit(_rt(), state, "stream")
+
+
+def _npu_get_stream_res_limit(stream_id, device_index, device_type, type) -> int:
+    state = _stream_state(stream_id, device_index, device_type)
+    rt = _rt()
+    return rt.devices[device_index].stream_limits(state)[0 if type == 0 else 1]
+
+
+def _npu_reset_stream_res_limit(stream_id, device_index, device_type) -> None:
+    state = _stream_state(stream_id, device_index, device_type)
+    state.cube_limit = state.vector_limit = None
+    _record_limit(_rt(), state, "stream")
+
+
+def _external_error(api: str) -> RuntimeError:
+    return RuntimeError(f"External NPU stream is not supported in {api}. This path requires a torch_npu-managed "
+                        "stream." + pta_error(ErrCode.NOT_SUPPORT))
+
+
+class _NPUStreamBase(torch.Stream):
+    """A handle to an emulated stream, identified like the real one by (device, stream_id)."""
+
+    def __new__(cls, priority=0, is_sync_launch=0, stream_id=0, device_index=0, device_type=0, stream_ptr=0):
+        rt = _rt()
+        if stream_id or device_index or device_type:
+            state = _stream_state(stream_id, device_index, device_type)
+        elif stream_ptr:
+            state = rt.device().external_stream(stream_ptr)
+        elif is_sync_launch:
+            state = rt.device().sync_launch_stream()
+        else:
+            state = rt.device().pool_stream(priority)
+        return super().__new__(cls, stream_id=state.stream_id, device_index=state.device,
+                               device_type=PRIVATEUSE1)
+
+    @property
+    def _state(self):
+        return _stream_state(self.stream_id, self.device_index)
+
+    @property
+    def npu_stream(self) -> int:
+        return 0xA5C0_0000_0000 + self.device_index * 0x1_0000_0000 + self.stream_id * 0x100
+
+    def query(self) -> bool:
+        state = self._state
+        if state.external:
+            raise RuntimeError("Cannot query external NPU stream status. The caller must track stream "
+                               "completion externally.")
+        rt = _rt()
+        rt.host_sync("stream", device=state.device, stream=state)
+        return True
+
+    def synchronize(self) -> None:
+        state = self._state
+        if state.external:
+            raise RuntimeError("External NPU stream is not supported in NPUStream::synchronize. The caller is "
+                               "responsible for synchronization of external streams.")
+        _rt().host_sync("stream", device=state.device, stream=state)
+
+    @property
+    def priority(self):
+        raise RuntimeError("NPU dose not support Stream.get_priority() currently." + pta_error(ErrCode.NOT_SUPPORT))
+
+    @staticmethod
+    def priority_range():
+        raise RuntimeError("NPU does not support Stream.priority_range() currently." + pta_error(ErrCode.NOT_SUPPORT))
+
+
+class _NPUEventBase:
+    """A handle to an emulated event; the device-side event is created at the first record."""
+
+    _label = "Event"
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, graph_external=False):
+        if interprocess and enable_timing:
+            raise RuntimeError("Parameter interprocess cannot be specified together with other parameters."
+                               + pta_error(ErrCode.PARAM))
+        self._state = _rt().new_event(self._label, external=graph_external, enable_timing=enable_timing)
+        self._generation = _rt().generation
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def _live(self):
+        """The event's state in the running test (an event made by an earlier test starts over)."""
+        rt = _rt()
+        if self._generation != rt.generation:
+            self._state = rt.new_event(self._label, external=self._state.external,
+                                       enable_timing=self._state.enable_timing)
+            self._generation = rt.generation
+        return rt, self._state
+
+    def _stream(self, stream):
+        rt = _rt()
+        if stream is None:
+            return rt.current_stream()
+        return _stream_state(stream.stream_id, stream.device_index)
+
+    def record(self, stream=None):
+        rt, state = self._live()
+        s = self._stream(stream)
+        if s.external:
+            raise _external_error("NPUEvent::record")
+        if state.device is not None and state.device != s.device:
+            raise RuntimeError(f"Event device {state.device} does not match recording stream's device {s.device}."
+                               + pta_error(ErrCode.PARAM))
+        rt.record_event(state, s)
+
+    def wait(self, stream=None):
+        rt, state = self._live()
+        s = self._stream(stream)
+        if s.external:
+            raise _external_error("NPUEvent::block")
+        rt.wait_event(state, s)
+
+    def query(self) -> bool:
+        rt, state = self._live()
+        if state.recorded:
+            rt.host_sync("event", device=state.device, event=state)
+        return True
+
+    def synchronize(self) -> None:
+        rt, state = self._live()
+        if state.recorded:
+            rt.host_sync("event", device=state.device, event=state)
+
+    def elapsed_time(self, end_event) -> float:
+        rt, state = self._live()
+        _, end = end_event._live()
+        if not (state.recorded and end.recorded):
+            raise RuntimeError("Both events must be recorded before calculating elapsed time."
+                               + pta_error(ErrCode.INTERNAL))
+        self.synchronize()
+        end_event.synchronize()
+        return (end.record_time - state.record_time) * 1000.0
+
+    def recorded_time(self) -> int:
+        _, state = self._live()
+        if not state.recorded:
+            raise RuntimeError("Event must be recorded before getting recorded timestamp." + pta_error(ErrCode.INTERNAL))
+        return int(state.record_time * 1e6)
+
+    def ipc_handle(self) -> bytes:
+        _, state = self._live()
+        return state.eid.to_bytes(8, "little") * 8
+
+    @property
+    def device(self):
+        _, state = self._live()
+        return None if state.device is None else torch.device("npu", state.device)
+
+    @property
+    def npu_event(self) -> int:
+        _, state = self._live()
+        return 0 if state.device is None else 0xE7E0_0000_0000 + state.eid * 0x40

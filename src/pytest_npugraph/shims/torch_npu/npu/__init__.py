@@ -1,0 +1,209 @@
+"""Emulated ``torch_npu.npu`` (registered as ``torch.npu``): devices, streams, events, memory,
+core limits and graphs, backed by pytest-npugraph's per-test runtime."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import torch_npu
+from torch_npu import _C
+from pytest_npugraph.runtime.errors import ErrCode, pta_error
+
+from . import memory, npu_config, streams, utils
+from .memory import (caching_allocator_alloc, caching_allocator_delete, empty_cache, empty_virt_addr_cache,
+                     get_allocator_backend, get_per_process_memory_fraction, host_empty_cache, max_memory_allocated,
+                     max_memory_cached, max_memory_reserved, mem_get_info, memory_allocated, memory_cached,
+                     memory_reserved, memory_snapshot, memory_stats, memory_stats_as_nested_dict, memory_summary,
+                     reset_accumulated_memory_stats, reset_max_memory_allocated, reset_max_memory_cached,
+                     reset_peak_memory_stats, set_per_process_memory_fraction)
+from .npu_config import (get_device_limit, get_stream_limit, reset_stream_limit, set_device_limit,
+                         set_stream_limit)
+from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStream
+from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
+                    device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
+
+__all__ = [
+    "is_initialized", "init", "synchronize", "device_count", "can_device_access_peer", "set_device",
+    "current_device", "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info",
+    "is_available", "device", "device_of", "utilization",
+    "StreamContext", "stream", "set_stream", "current_stream", "default_stream", "Stream", "Event",
+    "SyncLaunchStream", "ExternalEvent", "ExternalStream",
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+    "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
+    "set_per_process_memory_fraction", "empty_cache", "memory_stats", "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats", "reset_peak_memory_stats", "reset_max_memory_allocated",
+    "reset_max_memory_cached", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved", "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
+    "get_allocator_backend", "host_empty_cache",
+    "set_device_limit", "get_device_limit", "set_stream_limit", "reset_stream_limit", "get_stream_limit",
+    "is_bf16_supported", "get_amp_supported_dtype", "is_autocast_enabled", "get_autocast_dtype",
+]
+
+_initialized = False
+
+
+def _lazy_init() -> None:
+    global _initialized
+    _initialized = True
+    _C._npu_getDevice()
+
+
+def init() -> None:
+    _lazy_init()
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _C._npu_getDeviceCount()
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def _validated_index(device_name, message="Invalid device id") -> int:
+    index = _get_device_index(device_name, optional=True)
+    if index < 0 or index >= device_count():
+        raise AssertionError(message + pta_error(ErrCode.VALUE))
+    return index
+
+
+def _profile():
+    from pytest_npugraph.runtime.runtime import current
+
+    return current().device().profile
+
+
+def get_device_name(device_name=None) -> str:
+    _validated_index(device_name)
+    return _profile().name
+
+
+class _CUuuid:
+    def __init__(self, index: int):
+        self.bytes = [0x4E, 0x50, 0x55, index] + [0] * 12
+
+    def __str__(self) -> str:
+        h = "".join(f"{b:02x}" for b in self.bytes)
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class _NPUDeviceProperties:
+    """Read-only device properties (``torch_npu._C._NPUDeviceProperties``)."""
+
+    major = minor = is_multi_gpu_board = is_integrated = None
+    max_threads_per_multi_processor = warp_size = regs_per_multiprocessor = gcnArchName = None
+
+    def __init__(self, profile, index):
+        self.name = profile.name
+        self.total_memory = profile.hbm_bytes
+        self.cube_core_num = profile.cube_cores
+        self.vector_core_num = profile.vector_cores
+        self.L2_cache_size = profile.l2_cache_bytes
+        self.multi_processor_count = profile.vector_cores or profile.cube_cores
+        self.uuid = _CUuuid(index)
+
+    def __repr__(self):
+        mib = 1024.0 * 1024.0
+        return (f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory / mib}MB, "
+                f"cube_core_num={self.cube_core_num}, vector_core_num={self.vector_core_num}, uuid={self.uuid}, "
+                f"L2_cache_size={self.L2_cache_size / mib}MB)")
+
+
+def get_device_properties(device_name=None) -> _NPUDeviceProperties:
+    index = _validated_index(device_name)
+    _lazy_init()
+    return _NPUDeviceProperties(_profile(), index)
+
+
+def get_device_capability(device=None):
+    warnings.warn("You can set the device capability via the environment variable TORCH_NPU_DEVICE_CAPABILITY. "
+                  "The return value of get_device_capability is only for compatibility with PyTorch and does not "
+                  "represent the actual capability of the NPU device.")
+    return None
+
+
+def utilization(device=None) -> int:
+    _validated_index(device)
+    return 0
+
+
+def can_device_access_peer(device, peer) -> bool:
+    _validated_index(device)
+    _validated_index(peer, "Invalid peer device id")
+    return True
+
+
+def manual_seed(seed) -> None:
+    torch.manual_seed(seed)
+
+
+manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    torch.seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()
+
+
+def get_rng_state(device="npu"):
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state, device="npu") -> None:
+    torch.set_rng_state(new_state)
+
+
+def is_bf16_supported(including_emulation: bool = False) -> bool:
+    return True
+
+
+def get_amp_supported_dtype():
+    return [torch.float16, torch.bfloat16]
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled("npu") if hasattr(torch, "is_autocast_enabled") else False
+
+
+def get_autocast_dtype():
+    return torch.float16
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    pass
+
+
+def get_sync_debug_mode() -> int:
+    return 0
+
+
+def is_current_stream_capturing() -> bool:
+    from pytest_npugraph.runtime.runtime import peek
+
+    rt = peek()
+    return bool(rt is not None and rt.current_stream().capture is not None)
+
+
+def __getattr__(name):
+    """Graph APIs live in the graphs module, imported on first use."""
+    if name in ("NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables",
+                "super_kernel_scope_begin", "super_kernel_scope_end"):
+        from . import graphs
+
+        return getattr(graphs, name)
+    raise AttributeError(f"module 'torch_npu.npu' has no attribute '{name}'")

@@ -1,0 +1,91 @@
+"""Core limits per device and per stream (mirrors ``torch_npu/npu/npu_config.py``)."""
+from __future__ import annotations
+
+import torch_npu
+from torch_npu import _C
+from pytest_npugraph.runtime.errors import ErrCode, pta_error
+
+
+class _call_once_class:
+    """torch_npu allows ``set_device_limit`` once per process; the emulator, once per test."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__name__ = func.__name__
+        self.__doc__ = func.__doc__
+        self.generation = None
+
+    @property
+    def called(self) -> bool:
+        from pytest_npugraph._context import CONTEXT
+
+        return self.generation == CONTEXT.generation
+
+    def __call__(self, *args, **kwargs):
+        from pytest_npugraph._context import CONTEXT
+
+        if self.called:
+            raise RuntimeError(
+                f"Function '{self.func.__name__}' has already been called, You can only set this interface once.")
+        self.generation = CONTEXT.generation
+        return self.func(*args, **kwargs)
+
+
+def _check_device(device) -> None:
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"device must be an int, but got {type(device).__name__}{pta_error(ErrCode.TYPE)}")
+    if device < 0 or device >= torch_npu.npu.device_count():
+        raise AssertionError("Invalid device id" + pta_error(ErrCode.VALUE))
+
+
+def _check_stream(stream) -> None:
+    if stream is None:
+        raise AssertionError("stream cannot be None" + pta_error(ErrCode.PARAM))
+    if not isinstance(stream, torch_npu.npu.Stream):
+        raise AssertionError(f"stream should be torch_npu.npu.Stream, could not be {type(stream)}"
+                             + pta_error(ErrCode.TYPE))
+
+
+@_call_once_class
+def set_device_limit(device, cube_num=-1, vector_num=-1):
+    """Limit the cube/vector cores every op on ``device`` may use (-1 leaves one unchanged)."""
+    _check_device(device)
+    torch_npu.npu._lazy_init()
+    if cube_num != -1:
+        _C._npu_set_device_res_limit(device, 0, cube_num)
+    if vector_num != -1:
+        _C._npu_set_device_res_limit(device, 1, vector_num)
+
+
+def get_device_limit(device):
+    _check_device(device)
+    torch_npu.npu._lazy_init()
+    return {"cube_core_num": _C._npu_get_device_res_limit(device, 0),
+            "vector_core_num": _C._npu_get_device_res_limit(device, 1)}
+
+
+def _stream_ids(stream) -> dict:
+    return dict(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
+
+
+def set_stream_limit(stream, cube_num=-1, vector_num=-1):
+    """Limit the cores ops issued on ``stream`` may use (-1 leaves one unchanged)."""
+    _check_stream(stream)
+    torch_npu.npu._lazy_init()
+    if cube_num != -1:
+        _C._npu_set_stream_res_limit(**_stream_ids(stream), type=0, value=cube_num)
+    if vector_num != -1:
+        _C._npu_set_stream_res_limit(**_stream_ids(stream), type=1, value=vector_num)
+
+
+def reset_stream_limit(stream):
+    _check_stream(stream)
+    torch_npu.npu._lazy_init()
+    _C._npu_reset_stream_res_limit(**_stream_ids(stream))
+
+
+def get_stream_limit(stream):
+    _check_stream(stream)
+    torch_npu.npu._lazy_init()
+    return {"cube_core_num": _C._npu_get_stream_res_limit(**_stream_ids(stream), type=0),
+            "vector_core_num": _C._npu_get_stream_res_limit(**_stream_ids(stream), type=1)}

@@ -1,0 +1,197 @@
+"""The recorded trace: everything the emulated runtime did, as plain data.
+
+The runtime appends records in host program order; analyses read them and never
+reach back into the runtime or the shims.  No torch import here: a trace can be
+built by hand (tests, benchmarks, hypothesis strategies) as easily as by the emulator.
+
+Identity conventions
+--------------------
+* ``stream``: a process-unique int (``StreamInfo.sid``), unique across devices.
+* ``event``: a unique int per event object (``EventInfo.eid``).
+* ``block``: a unique int per allocation (``BlockInfo.bid``); a reused address gets a new block.
+* ``Span``: bytes ``[lo, hi)`` of the simulated device address space of ``device``.
+  Two spans conflict when they are on the same device and their ranges intersect,
+  whatever block they belong to (that is how reuse after free shows up).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A location in the user's source (never a plugin or torch frame)."""
+
+    path: str
+    line: int
+    func: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+UNKNOWN_SITE = Site("<unknown>", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    device: int
+    lo: int
+    hi: int
+    block: int
+
+    def overlaps(self, other: "Span") -> bool:
+        return self.device == other.device and self.lo < other.hi and other.lo < self.hi
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    sid: int
+    device: int
+    stream_id: int  # torch_npu encoding: 0 default, (3<<5)+i pool, ...
+    label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/capture", "npu:0/tag:'1'"
+
+
+@dataclass(frozen=True, slots=True)
+class EventInfo:
+    eid: int
+    label: str            # "Event#3", "tagged event '66'", "ExternalEvent#2"
+    site: Site            # where it was created
+    external: bool = False
+    tag: Optional[str] = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockInfo:
+    bid: int
+    device: int
+    stream: int           # allocation stream (sid)
+    lo: int
+    hi: int
+    size: int             # requested bytes
+    site: Site
+    pool: Optional[str] = None  # graph pool id, None for the normal allocator
+
+
+@dataclass(frozen=True, slots=True)
+class OpCores:
+    """What an op asks of a device's cores when it runs (issue: cores/deadlock)."""
+
+    kind: str = "AIV"          # AICore | AIV | AICPU | ATB | HCCL | MC2
+    cube: int = 0              # blocks on cube (AI Core) cores; 0 = none
+    vector: int = 0            # blocks on vector cores; 0 = none
+    all_resident: bool = False  # every block must hold a core at once (NonZero, AIV collectives)
+    limit_applies: bool = True  # whether core limits take effect (False for AICPU/ATB/static kernels)
+
+
+# ----------------------------------------------------------------------- records
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """A device task on a stream: an op (eager or replayed), a copy, a collective."""
+
+    seq: int
+    stream: int
+    op: str
+    reads: tuple = ()          # tuple[Span, ...]
+    writes: tuple = ()         # tuple[Span, ...]
+    site: Site = UNKNOWN_SITE
+    cores: OpCores = OpCores()
+    cube_limit: int = 0        # effective limit on the issuing stream when issued (0 = none)
+    vector_limit: int = 0
+    graph: Optional[str] = None       # replayed from this graph (e.g. "graph_1[key]#replay3"), None for eager
+    collective: Optional[tuple] = None  # (group, sequence number) for a collective, matched across ranks
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    seq: int
+    stream: int
+    event: int
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class EventWait:
+    """The stream waits for the event's latest record (a no-op if never recorded)."""
+
+    seq: int
+    stream: int
+    event: int
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class HostSync:
+    """The host blocks until work completes.
+
+    ``what`` is ``"device"`` (all streams of ``device``), ``"stream"`` (``stream``),
+    ``"event"`` (the latest record of ``event``) or ``"read"`` (a blocking host read such
+    as ``.item()``/``.cpu()``, which waits for ``stream``).
+    """
+
+    seq: int
+    what: str
+    device: int = 0
+    stream: Optional[int] = None
+    event: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    seq: int
+    block: int
+    site: Site = UNKNOWN_SITE
+    reuses: Optional[int] = None  # the freed block whose address range this one reuses
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """The last reference to a block died (the caching allocator takes it back)."""
+
+    seq: int
+    block: int
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class RecordStream:
+    seq: int
+    block: int
+    stream: int
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A host-side annotation (graph capture begin/end, scope, limit change, ...)."""
+
+    seq: int
+    what: str
+    stream: Optional[int] = None
+    detail: tuple = ()
+    site: Site = UNKNOWN_SITE
+
+
+Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStream, Marker]
+
+
+@dataclass
+class Trace:
+    """Append-only log of records plus the tables that name things in reports."""
+
+    records: list = field(default_factory=list)
+    streams: dict = field(default_factory=dict)   # sid -> StreamInfo
+    events: dict = field(default_factory=dict)    # eid -> EventInfo
+    blocks: dict = field(default_factory=dict)    # bid -> BlockInfo
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.records)
+
+    def append(self, record) -> None:
+        self.records.append(record)
