@@ -42,6 +42,8 @@ def _is_emulated(module) -> bool:
 
 def snapshot() -> dict:
     """The emulated modules and torch attributes a test must not leave changed."""
+    if "torch_npu" not in sys.modules and "torchair" not in sys.modules:
+        return {}
     state = {name: mod for name, mod in sys.modules.items() if name.split(".")[0] in PACKAGES}
     torch = sys.modules.get("torch")
     if torch is not None and "torch_npu" in state:

@@ -44,7 +44,8 @@ def pytest_addoption(parser):
 
 
 def _setting(config, name: str, choices=None) -> str:
-    value = config.getoption(name)
+    # before pytest_configure (initial conftests) only known_args_namespace holds the options
+    value = getattr(config.known_args_namespace, name, None) or config.getoption(name)
     if value is None:
         value = config.getini(name)
     value = str(value).strip()
@@ -81,6 +82,7 @@ def pytest_configure(config):
     emulating = _emulation_wanted(config)
     if emulating:
         activation.activate()
+    config._npugraph_saved_context = (CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir)
     CONTEXT.emulating = emulating
     CONTEXT.hook = config.hook
     CONTEXT.rootdir = str(config.rootpath)
@@ -89,7 +91,10 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    CONTEXT.hook = None
+    """Give the context back (an in-process pytester session runs inside another one)."""
+    saved = getattr(config, "_npugraph_saved_context", None)
+    if saved is not None:
+        CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir = saved
 
 
 def pytest_report_header(config):
@@ -125,7 +130,13 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    result = yield
+    """After the test body: turn its hazards into the outcome (or, if it failed, a report section)."""
+    try:
+        result = yield
+    except BaseException:
+        if CONTEXT.emulating:
+            item.config._npugraph.check(item, failed=True)
+        raise
     if CONTEXT.emulating:
         item.config._npugraph.check(item)
     return result

@@ -22,9 +22,10 @@ Model (CSAN's, §1.4/1.5 of the anchors, made exact for host issue order)
 * ``HostSync``: ``device`` -> the host learns every stream of that device; ``stream`` /
   ``read`` -> that stream (the whole device if ``stream`` is None); ``event`` -> the
   event's latest record.
-* ``Alloc(reuses=X)`` of a block freed after ``record_stream(X, B)``: the allocator hands
-  out the address only once the events it recorded on each such B at the ``Free`` have
-  completed (torch_npu_api.md §5), so the host learns B's clock as of that free.
+* ``Alloc(reuses=X)`` of a block freed after ``record_stream(X, B)`` (B other than X's
+  allocation stream): the allocator hands out the address only once the events it recorded
+  on each such B at the ``Free`` have completed (torch_npu_api.md §5), so the host learns
+  B's clock as of that free.
 
 Storage: the clock of a stream only changes at waits and host merges, so consecutive tasks
 share one tuple; a record keeps a reference to the clock it ran with (the host clock for
@@ -160,7 +161,9 @@ class HappensBefore:
                 if rec.block not in covers:
                     recorded.setdefault(rec.block, set()).add(rec.stream)
             elif cls is Free:
-                streams = [index[sid] for sid in recorded.pop(rec.block, ()) if sid in index]
+                info = self.trace.blocks.get(rec.block)
+                owner = info.stream if info is not None else None
+                streams = [index[sid] for sid in recorded.pop(rec.block, ()) if sid in index and sid != owner]
                 if streams:
                     covers[rec.block] = _fold(completed(i) for i in streams)
             elif cls is Alloc and rec.reuses is not None:

@@ -168,9 +168,11 @@ def _scan(trace, hb) -> list:
             for span in rec.reads:
                 entry = (rec.seq, rec, span)
                 for seg in cover(span):
-                    for t, w in seg.writes.items():
-                        if t != s and c[t] < w[0]:
-                            conflict(w, True, rec, span, False)
+                    own = seg.writes.get(s) if rec.writes else None
+                    if own is None or own[0] != rec.seq:  # else already checked as this kernel's write
+                        for t, w in seg.writes.items():
+                            if t != s and c[t] < w[0]:
+                                conflict(w, True, rec, span, False)
                     seg.reads[s] = entry
         elif cls is Free:
             freed[rec.block] = rec

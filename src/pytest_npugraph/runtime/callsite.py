@@ -5,6 +5,7 @@ import os
 import sys
 import sysconfig
 
+from .._context import CONTEXT
 from ..trace import UNKNOWN_SITE, Site
 
 _PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,14 +22,7 @@ def _excluded_prefixes() -> tuple:
 
 
 _EXCLUDED = None
-_verdict: dict = {}   # code object -> Site-worthy filename or None
-_root = os.getcwd()
-
-
-def set_root(root: str) -> None:
-    """Paths in sites are shown relative to this directory (pytest's rootdir)."""
-    global _root
-    _root = root
+_verdict: dict = {}   # code object -> path to show (relative to pytest's rootdir), or None
 
 
 def _display(filename: str):
@@ -41,7 +35,7 @@ def _display(filename: str):
     if filename.startswith(_EXCLUDED) or "/site-packages/pytest_npugraph/" in filename:
         return None
     try:
-        rel = os.path.relpath(filename, _root)
+        rel = os.path.relpath(filename, CONTEXT.rootdir or os.getcwd())
     except ValueError:
         return filename
     return filename if rel.startswith("..") else rel

@@ -191,6 +191,8 @@ def _run(func, plan, args, kwargs):
     device = _same_device(inputs, plan) if inputs else current().current_device()
     out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
     fresh: list = []
+    for t in writes:
+        _sync_metadata(t)
     result = _wrap_outputs(out, device, fresh)
     if any(i is not None for i in plan.returns_args):
         result = _return_written(plan, args, kwargs, result)
@@ -198,6 +200,17 @@ def _run(func, plan, args, kwargs):
         return result
     _launch(plan.name, device, reads, writes + fresh)
     return result
+
+
+def _sync_metadata(t: NpuTensor) -> None:
+    """Make ``t`` match its payload after an op resized or restrided it in place (``out=``
+    ops such as ``arange.out``, ``resize_``, in-place view ops); a grown storage is a new block."""
+    p = t._payload
+    if t.shape == p.shape and t.stride() == p.stride() and t.storage_offset() == p.storage_offset():
+        return
+    new = wrap(p, t.device.index)
+    t.data = new
+    t._block = new._block
 
 
 def _return_written(plan, args, kwargs, result):
@@ -303,6 +316,16 @@ def _copy(func, plan, args, kwargs):
             read_to_host(rt, src, plan.name + " (D2H)")
     dst.copy_(src._payload)
     return dst
+
+
+def copy_from_kernel(src, dst, non_blocking=False):
+    """``aten::_copy_from`` for the npu backend.  Reached only with the Python key excluded:
+    ``torch.tensor(data, device="npu")`` builds its result that way (``empty`` + ``copy_``)."""
+    func = torch.ops.aten.copy_.default
+    plan = _plans.get(func)
+    if plan is None:
+        plan = _plans[func] = _Plan(func)
+    return _copy(func, plan, (dst, src, non_blocking), {})
 
 
 def _host_read(func, plan, args, kwargs):

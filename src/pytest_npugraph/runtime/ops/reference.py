@@ -75,7 +75,8 @@ def _quant_round(y: torch.Tensor, bound: float) -> torch.Tensor:
 def _scale_values(scale: torch.Tensor) -> torch.Tensor:
     """Float scale values; an int64 scale is npu_trans_quant_param's packing (fp32 bits in the low word)."""
     if scale.dtype == torch.int64:
-        return (scale & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+        low = scale & 0xFFFFFFFF
+        return torch.where(low >= 2 ** 31, low - 2 ** 32, low).to(torch.int32).view(torch.float32)
     return scale.to(torch.float32)
 
 
@@ -218,6 +219,9 @@ def _unpacked_operand(t: torch.Tensor, packed_dim_is_last: bool) -> torch.Tensor
     return unpack_int4(t.transpose(-1, -2)).transpose(-1, -2)
 
 
+# Output dtypes the meta kernel accepts and the reference can produce (it also accepts bits8/uint8).
+_QMM_OUTPUTS = (torch.int8, torch.int32, torch.float16, torch.bfloat16, torch.float32, torch.float8_e5m2,
+                torch.float8_e4m3fn)
 _SCALE_HEAD = "the scale 1st dim value must be 1 or x2 n dim value, " + " " * 16 + "please check scale 1st dim value "
 _OFFSET_HEAD = "the offset 1st dim value must be 1 or x2 n dim value, " + " " * 16 + "please check offset 1st dim value "
 
@@ -238,6 +242,8 @@ def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *,
                         ("y_scale", y_scale)):
         if value is not None:
             raise _unsupported("npu_quant_matmul", name)
+    if x1.dtype != x2.dtype:
+        raise _unsupported("npu_quant_matmul", f"mixed operands x1 {x1.dtype} x x2 {x2.dtype} (A8W4)")
     _check(2 <= x1.dim() <= 6, "x1 dim num should be 2 ~ 6, please check x1 dim num ")
     _check(2 <= x2.dim() <= 6, "x2 dim num should be 2 ~ 6 when x1's dtype is int8, "
                                + " " * 16 + "please check x2 dim num ")
@@ -266,8 +272,10 @@ def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *,
                + _dtype_str(output_dtype))
     if output_dtype is None:
         out_dtype = torch.int8
-    elif out_dtype not in (torch.int8, torch.float16, torch.bfloat16, torch.int32):
+    elif out_dtype not in _QMM_OUTPUTS and out_dtype not in (torch.bits8, torch.uint8):
         raise RuntimeError("Not supported output dtype is " + _dtype_str(output_dtype))
+    elif out_dtype not in _QMM_OUTPUTS:
+        raise _unsupported("npu_quant_matmul", f"output_dtype {_dtype_str(output_dtype)}")
     acc = a.to(torch.float64) @ b.to(torch.float64)
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias.to(torch.float64)
@@ -559,7 +567,7 @@ def npu_moe_init_routing(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: tor
     n, k = x.size(0), expert_idx.size(1)
     sorted_experts, order = _sort_by_expert(expert_idx)
     sorted_rows = row_idx.reshape(-1).to(torch.int64)[order]
-    expanded_row_idx = torch.empty(n * k, dtype=torch.int64)
+    expanded_row_idx = torch.zeros(n * k, dtype=torch.int64)
     expanded_row_idx[sorted_rows] = torch.arange(n * k)
     expanded_x = x[sorted_rows[:min(n, active_num) * k] % n]
     return expanded_x, expanded_row_idx.to(torch.int32), sorted_experts.to(torch.int32)
@@ -591,8 +599,8 @@ def npu_moe_init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale:
     Pairs whose expert lies in ``[start, end)`` are stably sorted by expert and gathered into
     ``expanded_x`` (dropless: the first ``min(active_num, N*K)`` of them, active_num <= 0 meaning
     all; drop-pad: ``expert_capacity`` slots per expert).  ``expanded_row_idx`` with row_idx_type
-    0 is indexed by source pair ``n*K + k`` and holds its destination row or -1; with type 1 it is
-    indexed by destination row and holds the source pair (-1 past the valid rows).
+    0 is indexed by source pair ``n*K + k`` and holds its destination row or -1; with type 1 its
+    first entries are the source pairs of the valid rows in order (-1 after them).
     """
     _check(x.dim() == 2, "the x shape support only 2d")
     _check(expert_idx.dim() == 2, "the expert_idx shape support only 2d")
@@ -617,20 +625,19 @@ def npu_moe_init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale:
     sorted_experts, order = _sort_by_expert(expert_idx)
     in_range = (sorted_experts >= start) & (sorted_experts < end)
     experts, sources = sorted_experts[in_range], order[in_range]
-    counts = torch.bincount(experts - start, minlength=end - start)[:end - start]
     if drop_pad_mode == 1:
-        rank = torch.arange(experts.numel()) - (counts.cumsum(0) - counts)[experts - start]
+        offered = torch.bincount(experts - start, minlength=end - start)
+        rank = torch.arange(experts.numel()) - (offered.cumsum(0) - offered)[experts - start]
         kept = rank < expert_capacity
         experts, sources = experts[kept], sources[kept]
         dest = (experts - start) * expert_capacity + rank[kept]
-        counts = torch.bincount(experts - start, minlength=end - start)[:end - start]
         out_rows = (expert_num, expert_capacity)
     else:
         limit = n * k if active_num <= 0 else min(active_num, n * k)
         experts, sources = experts[:limit], sources[:limit]
         dest = torch.arange(sources.numel())
-        counts = torch.bincount(experts - start, minlength=end - start)[:end - start]
         out_rows = (limit,)
+    counts = torch.bincount(experts - start, minlength=end - start)
     rows = x.to(torch.float32)[sources // k]
     if quant_mode == 1:
         if scale is not None:
@@ -647,7 +654,7 @@ def npu_moe_init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale:
     if row_idx_type == 0:
         expanded_row_idx[sources] = dest
     else:
-        expanded_row_idx[dest] = sources
+        expanded_row_idx[:sources.numel()] = sources
     return (expanded_x.reshape(*out_rows, h), expanded_row_idx.to(torch.int32),
             _token_counts_output(counts, start, expert_num, expert_tokens_num_type, expert_tokens_num_flag),
             expanded_scale)

@@ -13,6 +13,23 @@ from pytest_npugraph.runtime import backend as _backend
 
 _backend.install(npu)
 
+
+def _register_kernels() -> None:
+    """npu kernels the Python-key path cannot provide (once per process, like the C++ ones)."""
+    global _kernels
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_copy_from", "PrivateUse1"):
+        return
+    from pytest_npugraph.runtime import tensor as _tensor
+
+    _kernels = torch.library.Library("aten", "IMPL")
+    # torch.tensor(data, device="npu") copies with the Python key excluded; the PrivateUse1
+    # fallback cannot take NpuTensor arguments then (torch's Python fallback asserts)
+    _kernels.impl("_copy_from", _tensor.copy_from_kernel, "PrivateUse1")
+
+
+_kernels = None
+_register_kernels()
+
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 
 __version__ = "2.14.0"

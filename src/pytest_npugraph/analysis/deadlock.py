@@ -1,0 +1,498 @@
+"""Deadlock: streams and devices that can block each other forever (CONTRACT §5, ``deadlock``).
+
+Why: an op whose blocks must all be resident at once (NonZero, AIV-mode collectives, MC2)
+holds the cores it got while it waits for the rest; a collective holds its cores until its
+peers on the other devices arrive.  Two cards can then wait on each other for ever (seed
+000: reduce-scatter and dispatch/combine take 16 + 24 of 48 vector cores, NonZero takes
+the rest).  Whether that happens depends on which ready op grabs cores first, so one
+simulated schedule proves nothing: this module searches every schedule.
+
+Model (the transition system searched; tests/analysis_cores/oracle.py restates it naively)
+------------------------------------------------------------------------------------------
+The task graph (taskgraph.py) gives each stream a FIFO of tasks and each task its extra
+prerequisites (the event record it waits for, host-synced work).  A task at the head of
+its stream whose prerequisites completed can take one *step*:
+
+* ``EventRecord`` / ``EventWait``: completes.
+* A resident op (``all_resident`` with blocks > 0; blocks = taskgraph.blocks): grabs every
+  free core it still lacks, per pool, and holds them (a step must take at least one core).
+  Once it holds all its blocks it runs: an ordinary op completes and frees them at once; a
+  collective has *arrived* and keeps holding them.
+* Any other op needs one free core in each pool it uses (none if it uses none): its blocks
+  run in waves on whatever cores free up and it never holds cores while waiting for
+  anything, so it cannot be half-started; it completes (a collective arrives, holding
+  nothing).
+* When every member of a collective ``(group, seq)`` on every device of the group has
+  arrived, all complete together and free their cores (one step).
+
+Any enabled step may happen next; the competing kernels' blocks are dispatched kernel by
+kernel (the order is searched), not interleaved block by block: a split that leaves every
+competitor short on one device is what the ``core-limit`` check reports statically.  A
+reachable state where no step is enabled while work remains is a deadlock.
+
+Search: breadth-first over states ``(stream positions, cores held by each stream head,
+arrived flags)`` with a visited set and two reductions that keep every deadlock:
+
+* *safe steps* run at once without branching: event steps, ops using no cores, and core
+  steps whose pool can never run short while they may be in flight (their blocks plus the
+  largest resident demand of each other stream that may overlap them fit the pool, and the
+  same holds for every op they may overlap), so no order of them matters;
+* the remaining steps are only interleaved within one *cluster* of devices: a device plus
+  every device its stream heads wait on (collective peers, cross-device events).  Steps of
+  other devices are independent of it until one of its heads waits on them (a persistent
+  set, Godefroid 1996), and the state graph is acyclic, so no deadlock is lost.
+
+The search stops at the first deadlock, or after ``budget`` distinct states: then ``find``
+reports nothing and logs a warning on ``pytest_npugraph.analysis.deadlock``;
+``explore`` returns the verdict with ``complete=False`` for callers that surface it.
+
+Collectives issued in different orders: the runtime matches collectives by (group, seq),
+so ranks issuing all_reduce / all_gather in different orders pair the wrong ops.
+``collective_mismatch`` turns one such (group, seq) into a hazard (the runtime may call it
+when it matches a collective); ``find`` applies it to every collective of the trace.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import islice
+from typing import Optional
+
+from ..hazard import Hazard
+from ..trace import Trace
+from . import taskgraph
+from .taskgraph import CUBE, TYPE_NAMES, VECTOR, RangeMax, Task, TaskGraph, stream_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET = 200_000
+EMPTY = (0, 0, False)  # cores held (cube, vector) by a stream's head, and "arrived"
+TYPES = (CUBE, VECTOR)
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """Verdict of the search: ``stuck`` is a reachable deadlocked state, if one was found."""
+
+    states: int
+    complete: bool
+    stuck: Optional[tuple] = None  # (positions, held)
+
+
+# ----------------------------------------------------------------------- public API
+def find(trace: Trace, cache: Optional[dict] = None, budget: int = DEFAULT_BUDGET) -> list:
+    """Deadlock hazards of ``trace``: mismatched collectives and a reachable circular wait."""
+    graph = taskgraph.of(trace, cache)
+    hazards = _mismatches(graph)
+    result = Search(graph).run(budget)
+    if result.stuck is not None:
+        hazards.append(report(graph, *result.stuck))
+    elif not result.complete:
+        log.warning("deadlock search stopped after %d states (budget %d) without finding a "
+                    "deadlock; schedules not reached were not checked", result.states, budget)
+    return hazards
+
+
+def explore(trace: Trace, budget: int = DEFAULT_BUDGET) -> Exploration:
+    """The raw verdict, with the number of states visited and whether the search finished."""
+    return Search(taskgraph.build(trace)).run(budget)
+
+
+def collective_mismatch(trace: Trace, kernels) -> Optional[Hazard]:
+    """A hazard if the kernels matched as one collective (same ``(group, seq)``) are not all
+    the same op: the ranks issue the group's collectives in different orders."""
+    kernels = list(kernels)
+    if len({k.op for k in kernels}) < 2:
+        return None
+    group, seq = kernels[0].collective
+    parts = ", ".join(f"{k.op} on {stream_name(trace, k.stream)} ({k.site})" for k in kernels)
+    return Hazard(
+        "deadlock",
+        f"collective #{seq} of group {group!r} is not the same op on every rank: {parts}. "
+        f"The ranks issue this group's collectives in different orders; HCCL pairs them by "
+        f"order, so each rank waits in a different collective (a hang, or buffers of the "
+        f"wrong op exchanged). Fix: issue the group's collectives in the same order on "
+        f"every rank.",
+        where=_unique(str(k.site) for k in kernels),
+        streams=_unique(stream_name(trace, k.stream) for k in kernels),
+        ops=_unique(k.op for k in kernels),
+        seqs=tuple(k.seq for k in kernels))
+
+
+def _mismatches(graph: TaskGraph) -> list:
+    """The first mismatched collective of each group (later ones follow from it)."""
+    first: dict = {}
+    for key in sorted(graph.collectives, key=lambda k: (str(k[0]), k[1])):
+        if key[0] not in first:
+            hazard = collective_mismatch(graph.trace, [graph.tasks[t].rec for t in graph.collectives[key]])
+            if hazard is not None:
+                first[key[0]] = hazard
+    return list(first.values())
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
+
+
+# ------------------------------------------------------------------------- search
+class Search:
+    """The transition system of one task graph, and the reduced depth-first search."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.g = graph
+        self.lanes = [[graph.tasks[t] for t in tids] for tids in graph.lanes]
+        self.dev_lanes = graph.device_lanes
+
+    # -- state helpers (positions and held are lists while a step is applied)
+    def head(self, pos, lane) -> Optional[Task]:
+        tasks = self.lanes[lane]
+        return tasks[pos[lane]] if pos[lane] < len(tasks) else None
+
+    def done(self, pos, tid) -> bool:
+        t = self.g.tasks[tid]
+        return pos[t.lane] > t.pos
+
+    def free(self, held, device) -> list:
+        free = list(self.g.pools[device])
+        for lane in self.dev_lanes[device]:
+            free[CUBE] -= held[lane][CUBE]
+            free[VECTOR] -= held[lane][VECTOR]
+        return free
+
+    def peers_ready(self, pos, held, key) -> bool:
+        """Every device of the group has a member of collective ``key``, all arrived."""
+        tids = self.g.collectives[key]
+        if not self.g.members[key[0]] <= {self.g.device(self.g.tasks[t]) for t in tids}:
+            return False
+        for tid in tids:
+            t = self.g.tasks[tid]
+            if pos[t.lane] != t.pos or not held[t.lane][2]:
+                return False
+        return True
+
+    # -- steps (mutate pos/held lists; return whether the step was enabled)
+    def step(self, pos, held, lane) -> bool:
+        t = self.head(pos, lane)
+        if t is None or not all(self.done(pos, d) for d in t.deps):
+            return False
+        if t.kernel is None:
+            pos[lane] += 1
+            return True
+        c, v, arrived = held[lane]
+        if arrived:
+            return False  # waits for its collective peers
+        need = t.need
+        if need != (0, 0):
+            free = self.free(held, self.g.device(t))
+            if t.resident:
+                take_c, take_v = min(free[CUBE], need[CUBE] - c), min(free[VECTOR], need[VECTOR] - v)
+                if take_c <= 0 and take_v <= 0:
+                    return False
+                c, v = c + max(take_c, 0), v + max(take_v, 0)
+                if (c, v) != need:
+                    held[lane] = (c, v, False)
+                    return True
+            elif any(need[k] and free[k] < 1 for k in TYPES):
+                return False
+        if t.collective is not None:
+            held[lane] = (c, v, True)
+        else:
+            pos[lane] += 1
+            held[lane] = EMPTY
+        return True
+
+    def complete(self, pos, held, key) -> bool:
+        if not self.peers_ready(pos, held, key):
+            return False
+        for tid in self.g.collectives[key]:
+            lane = self.g.tasks[tid].lane
+            pos[lane] += 1
+            held[lane] = EMPTY
+        return True
+
+    def arrived_keys(self, pos, held) -> list:
+        return _unique(self.head(pos, lane).collective
+                       for lane in range(len(self.lanes)) if held[lane][2])
+
+    # -- reductions
+    def settle(self, pos, held) -> tuple:
+        """Run every safe step until none is enabled (their order does not matter)."""
+        pos, held = list(pos), list(held)
+        progress = True
+        while progress:
+            progress = False
+            for lane in range(len(self.lanes)):
+                while True:
+                    t = self.head(pos, lane)
+                    if t is None or not self.safe[t.tid] or not self.step(pos, held, lane):
+                        break
+                    progress = True
+            for key in self.arrived_keys(pos, held):
+                if self.safe[key] and self.complete(pos, held, key):
+                    progress = True
+        return tuple(pos), tuple(held)
+
+    def enabled(self, pos, held) -> list:
+        """The steps (``("lane", i)`` / ``("key", k)``) enabled in a settled state."""
+        steps = [("lane", lane) for lane in range(len(self.lanes))
+                 if self.step(list(pos), list(held), lane)]
+        steps += [("key", key) for key in self.arrived_keys(pos, held)
+                  if self.peers_ready(pos, held, key)]
+        return steps
+
+    def devices(self, step) -> set:
+        kind, what = step
+        if kind == "lane":
+            return {self.g.lane_device[what]}
+        return {self.g.device(self.g.tasks[t]) for t in self.g.collectives[what]}
+
+    def cluster(self, pos, device) -> set:
+        """``device`` and every device its stream heads (transitively) wait on."""
+        cluster, work = {device}, [device]
+        while work:
+            for lane in self.dev_lanes[work.pop()]:
+                t = self.head(pos, lane)
+                if t is None:
+                    continue
+                wanted = {self.g.device(self.g.tasks[d]) for d in t.deps if not self.done(pos, d)}
+                if t.collective is not None:
+                    wanted |= self.g.members[t.collective[0]]
+                    wanted |= self.devices(("key", t.collective))
+                for dev in wanted - cluster:
+                    cluster.add(dev)
+                    work.append(dev)
+        return cluster
+
+    def persistent(self, pos, steps) -> list:
+        best = steps
+        for device in {d for s in steps for d in self.devices(s)}:
+            cluster = self.cluster(pos, device)
+            chosen = [s for s in steps if self.devices(s) & cluster]
+            if len(chosen) < len(best):
+                best = chosen
+        return best
+
+    def apply(self, state, step) -> tuple:
+        pos, held = list(state[0]), list(state[1])
+        kind, what = step
+        (self.step if kind == "lane" else self.complete)(pos, held, what)
+        return self.settle(pos, held)
+
+    def run(self, budget: int = DEFAULT_BUDGET) -> Exploration:
+        start = self.settle([0] * len(self.lanes), [EMPTY] * len(self.lanes))
+        visited, queue = {start}, deque([start])
+        while queue:  # breadth first: the deadlock reported is one reached in fewest steps
+            state = queue.popleft()
+            steps = self.enabled(*state)
+            if not steps:
+                if any(self.head(state[0], lane) is not None for lane in range(len(self.lanes))):
+                    return Exploration(len(visited), True, state)
+                continue
+            for step in self.persistent(state[0], steps):
+                nxt = self.apply(state, step)
+                if nxt not in visited:
+                    if len(visited) >= budget:
+                        return Exploration(len(visited), False)
+                    visited.add(nxt)
+                    queue.append(nxt)
+        return Exploration(len(visited), True)
+
+    # -- what may overlap an op on its device
+    @cached_property
+    def _resident_max(self) -> dict:
+        return {(lane, k): RangeMax([t.need[k] if t.resident else 0 for t in tasks])
+                for lane, tasks in enumerate(self.lanes) for k in TYPES}
+
+    def overlap_demand(self, t: Task, k: int) -> int:
+        """At most how many cores of pool ``k`` other streams' resident ops hold while ``t``
+        is in flight: the largest such demand per stream, summed."""
+        return sum(self._resident_max[lane, k](lo, hi) for lane, lo, hi in self.g.overlapping(t))
+
+    def overlap_peaks(self, t: Task, k: int) -> list:
+        """The ops behind ``overlap_demand``: per other stream, its largest overlapping one."""
+        peaks = []
+        for lane, lo, hi in self.g.overlapping(t):
+            window = [u for u in self.lanes[lane][lo:hi] if u.resident and u.need[k]]
+            if window:
+                peaks.append(max(window, key=lambda u: u.need[k]))
+        return peaks
+
+    # -- which steps are safe (computed once, from the task graph)
+    @cached_property
+    def safe(self) -> dict:
+        """``tid -> bool`` for stream steps and ``(group, seq) -> bool`` for completions.
+
+        A core step of op ``t`` on pool P is order-independent when P cannot run short
+        while ``t`` may be in flight: ``t``'s blocks (1 for a non-resident op) plus, for
+        each other stream of its device, the largest resident demand on P among the ops
+        that may overlap ``t``, fit P (``fits``).  A resident op's grab, or a completion
+        freeing cores, changes what others get, so it is safe only if every op it may
+        overlap on the pools it uses fits too (``quiet``)."""
+        g = self.g
+        short_before = {}
+
+        def fits(t: Task) -> bool:
+            pool = g.pool(t)
+            return all((t.need[k] if t.resident else 1) + self.overlap_demand(t, k) <= pool[k]
+                       for k in TYPES if t.need[k])
+
+        fit = {t.tid: fits(t) for t in g.tasks}
+        for lane, tasks in enumerate(self.lanes):
+            for k in TYPES:
+                counts = [0]
+                for t in tasks:
+                    counts.append(counts[-1] + (1 if t.need[k] and not fit[t.tid] else 0))
+                short_before[lane, k] = counts
+
+        def quiet(t: Task) -> bool:
+            return all(short_before[lane, k][hi] == short_before[lane, k][lo]
+                       for lane, lo, hi in g.overlapping(t) for k in TYPES if t.need[k])
+
+        safe: dict = {}
+        for t in g.tasks:
+            safe[t.tid] = t.need == (0, 0) or (fit[t.tid] and (not t.resident or quiet(t)))
+        for key, tids in g.collectives.items():
+            safe[key] = all(quiet(g.tasks[t]) for t in tids if g.tasks[t].resident)
+        return safe
+
+
+# ------------------------------------------------------------------------- report
+def report(graph: TaskGraph, pos: tuple, held: tuple) -> Hazard:
+    """Explain a deadlocked state: what each blocked op waits for, the circular wait
+    (networkx wait-for graph), and how to break it."""
+    import networkx as nx
+
+    search = Search(graph)
+    heads = {lane: t for lane in range(len(search.lanes))
+             if (t := search.head(pos, lane)) is not None}
+    wfg, lines = nx.DiGraph(), []
+
+    def name(node) -> str:
+        if isinstance(node, tuple):
+            return f"npu:{node[2]} (never issues collective {node[1][0]!r}#{node[1][1]})"
+        t = graph.tasks[node]
+        return f"{t.rec.op if t.kernel else type(t.rec).__name__}@{graph.stream_label(t.lane)}"
+
+    def queued(tid: int) -> None:
+        """A waited-for task that is not at its stream's head waits for that head."""
+        t = graph.tasks[tid]
+        h = heads.get(t.lane)
+        if h is not None and h.tid != tid:
+            wfg.add_edge(tid, h.tid)
+
+    for lane, t in heads.items():
+        dev = graph.device(t)
+        wfg.add_node(t.tid)
+        pending = [d for d in t.deps if not search.done(pos, d)]
+        c, v, arrived = held[lane]
+        if pending:
+            for d in pending:
+                wfg.add_edge(t.tid, d)
+                queued(d)
+            why = "waits for " + ", ".join(graph.describe(graph.tasks[d]) for d in pending)
+        elif arrived:
+            key = t.collective
+            members = {graph.device(graph.tasks[m]): m for m in graph.collectives[key]}
+            waiting = []
+            for device in sorted(graph.members[key[0]] | set(members)):
+                m = members.get(device)
+                if m is None:
+                    wfg.add_edge(t.tid, ("missing", key, device))
+                    waiting.append(f"npu:{device}, which never issues it")
+                elif not held[graph.tasks[m].lane][2]:
+                    wfg.add_edge(t.tid, m)
+                    queued(m)
+                    waiting.append(graph.describe(graph.tasks[m]))
+            have = _cores(t.need)
+            why = (f"collective {key[0]!r}#{key[1]} arrived{' holding ' + have if have else ''}; "
+                   f"waits for its peers: " + "; ".join(waiting))
+        else:
+            free = search.free(held, dev)
+            short = [k for k in TYPES if t.need[k] > held[lane][k] and free[k] < 1]
+            holders = [h for ln in search.dev_lanes[dev] if ln != lane and (h := heads.get(ln))
+                       and any(held[ln][k] for k in short)]
+            for h in holders:
+                wfg.add_edge(t.tid, h.tid)
+            got = (c, v)
+            held_by = ", ".join(f"{graph.describe(h)} holds {_cores(held[h.lane][:2], short)}"
+                                for h in holders)
+            if t.resident:
+                why = (f"needs all its {_cores(t.need)} blocks resident at once and holds "
+                       f"{_cores(got) or 'none'}; no core is free: {held_by}")
+            else:
+                why = f"needs a free {'/'.join(TYPE_NAMES[k] for k in short)} core; {held_by}"
+        lines.append(f"  - {graph.describe(t)}: {why}")
+
+    cycle = _pick_cycle(wfg, heads, graph)
+    stuck = list(heads.values())
+    devices = sorted({graph.device(t) for t in stuck})
+    message = (
+        f"streams on {', '.join(f'npu:{d}' for d in devices)} can block each other forever "
+        f"(found by searching every order in which ready ops can take cores); in the reached "
+        f"state nothing can make progress:\n" + "\n".join(lines)
+        + ("\n  cycle: " + " -> ".join(name(n) for n in cycle + cycle[:1]) if cycle else "")
+        + "\n  fix: " + _fix(search, heads, held))
+    kernels = [t for t in stuck if t.kernel]
+    return Hazard(
+        "deadlock", message,
+        where=_unique(str(t.rec.site) for t in kernels or stuck),
+        streams=_unique(graph.stream_label(t.lane) for t in stuck),
+        ops=_unique(t.rec.op for t in kernels),
+        seqs=tuple(t.rec.seq for t in stuck))
+
+
+def _cores(counts, types=TYPES) -> str:
+    return " + ".join(f"{counts[k]} {TYPE_NAMES[k]}" for k in types if counts[k])
+
+
+def _hold_and_wait(t: Task) -> bool:
+    return t.resident and t.collective is None
+
+
+def _pick_cycle(wfg, heads, graph) -> list:
+    """The circular wait to show: through the most hold-and-wait ops, then the shortest."""
+    import networkx as nx
+
+    cycles = list(islice(nx.simple_cycles(wfg), 500))
+    if cycles:
+        return max(cycles, key=lambda c: (sum(isinstance(n, int) and _hold_and_wait(graph.tasks[n])
+                                              for n in c), -len(c)))
+    return []
+
+
+def _fix(search: Search, heads: dict, held: tuple) -> str:
+    """How to break it: on each device where a hold-and-wait op (resident, not a
+    collective: NonZero-like) waits for cores, limit it so that it and every resident op
+    that may overlap it fit the pool; where that cannot work, order them; with no such op,
+    align and shrink the collectives."""
+    graph, limits, orders = search.g, [], []
+    for lane, t in sorted(heads.items()):
+        for k in TYPES:
+            if not (_hold_and_wait(t) and held[lane][k] < t.need[k]):
+                continue
+            peaks, size = search.overlap_peaks(t, k), graph.pool(t)[k]
+            room = size - sum(u.need[k] for u in peaks)
+            if room >= 1 and t.rec.cores.limit_applies:
+                arithmetic = " - ".join([str(size)] + [f"{u.need[k]} {u.rec.op}" for u in peaks])
+                limits.append(f"limit {graph.describe(t)} to {room} {TYPE_NAMES[k]} cores "
+                              f"({arithmetic})")
+            else:
+                reason = ("a core limit does not take effect on it" if room >= 1 else
+                          f"the ops it may overlap already need {size - room} of {size}")
+                orders.append(f"order {graph.describe(t)} before or after the ops it competes "
+                              f"with (an event recorded on one stream, waited on the other): "
+                              f"{reason}")
+    fixes = orders
+    if limits:
+        fixes.insert(0, "; ".join(limits) + " -- with torch.npu.set_stream_limit(stream, "
+                     "cube_num=-1, vector_num=N) in eager code or `with torchair.scope."
+                     "limit_core_num(aicore, vector):` in graph mode; the ops that can block "
+                     "each other must together use no more cores than the device has")
+    if not fixes:
+        fixes.append("issue the collectives in the same order on every rank, and give "
+                     "concurrent collectives few enough cores that they fit together, so that "
+                     "no rank holds cores in a collective its peers reach only after one they "
+                     "are blocked in")
+    return "; ".join(fixes)

@@ -1,0 +1,1 @@
+"""The emulated Ascend runtime: devices, streams, events, allocator and NPU tensors."""

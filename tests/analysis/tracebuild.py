@@ -1,0 +1,125 @@
+"""A concise builder of hand-written traces for the analysis tests.
+
+Streams, events and tensors are named by strings; every call appends one record (or two,
+for ``wait_stream``) with its own source line ``model.py:<seq + 1>`` and returns its seq.
+
+    b = Build("main", "side")
+    b.alloc("x", stream="main")
+    b.kernel("main", writes="x")
+    b.kernel("side", reads=b.view("x", 0, 32))
+"""
+from __future__ import annotations
+
+from pytest_npugraph import trace as T
+
+PATH = "model.py"
+
+
+class Build:
+    def __init__(self, *streams: str, device: int = 0) -> None:
+        self.trace = T.Trace()
+        self.sids: dict = {}
+        self.eids: dict = {}
+        self.bids: dict = {}
+        self._top: dict = {}  # device -> next free address
+        for name in streams or ("main", "side"):
+            self.stream(name, device)
+
+    # ---------------------------------------------------------------- tables
+    def stream(self, name: str, device: int = 0) -> int:
+        sid = len(self.sids) + 100
+        self.sids[name] = sid
+        self.trace.streams[sid] = T.StreamInfo(sid, device, len(self.sids) - 1, f"npu:{device}/{name}")
+        return sid
+
+    def event(self, name: str, *, external: bool = False, tag=None) -> int:
+        if name not in self.eids:
+            eid = self.eids[name] = len(self.eids) + 500
+            label = f"tagged event {tag!r}" if tag is not None else f"Event#{eid}"
+            self.trace.events[eid] = T.EventInfo(eid, label, T.Site(PATH, 1), external, tag)
+        return self.eids[name]
+
+    def site(self, line=None) -> T.Site:
+        return T.Site(PATH, self.trace.next_seq + 1 if line is None else line)
+
+    def _add(self, cls, *args, line=None, **kw) -> int:
+        seq = self.trace.next_seq
+        self.trace.append(cls(seq, *args, site=self.site(line), **kw))
+        return seq
+
+    # ---------------------------------------------------------------- memory
+    def alloc(self, name: str, size: int = 64, stream="main", *, reuses=None, at=None,
+              device: int = 0, line=None) -> int:
+        """A new block; ``reuses`` names a freed block whose address it takes (same start) and,
+        with ``stream=None``, its allocation stream (the caching allocator's rule)."""
+        old = self.trace.blocks[self.bids[reuses]] if reuses is not None else None
+        lo = old.lo if old is not None else at
+        sid = old.stream if stream is None else self.sids[stream]
+        if lo is None:
+            lo = self._top.get(device, 0)
+            self._top[device] = lo + size
+        bid = self.bids[name] = len(self.bids) + 1000
+        site = self.site(line)
+        self.trace.blocks[bid] = T.BlockInfo(bid, device, sid, lo, lo + size, size, site)
+        self._add(T.Alloc, bid, line=line, reuses=old.bid if old is not None else None)
+        return bid
+
+    def view(self, name: str, lo: int = 0, hi=None) -> T.Span:
+        """Bytes ``[lo, hi)`` of a tensor, offsets relative to its start."""
+        info = self.trace.blocks[self.bids[name]]
+        return T.Span(info.device, info.lo + lo, info.lo + (info.size if hi is None else hi), info.bid)
+
+    def _spans(self, items) -> tuple:
+        if isinstance(items, (str, T.Span)):
+            items = (items,)
+        return tuple(self.view(i) if isinstance(i, str) else i for i in items)
+
+    def free(self, name: str, line=None) -> int:
+        return self._add(T.Free, self.bids[name], line=line)
+
+    def record_stream(self, name: str, stream: str, line=None) -> int:
+        return self._add(T.RecordStream, self.bids[name], self.sids[stream], line=line)
+
+    # ---------------------------------------------------------------- device work
+    def kernel(self, stream: str, reads=(), writes=(), op: str = "aten::op", line=None, **kw) -> int:
+        return self._add(T.Kernel, self.sids[stream], op, self._spans(reads), self._spans(writes),
+                         line=line, **kw)
+
+    def record(self, event: str, stream: str, line=None) -> int:
+        return self._add(T.EventRecord, self.sids[stream], self.event(event), line=line)
+
+    def wait(self, event: str, stream: str, line=None) -> int:
+        return self._add(T.EventWait, self.sids[stream], self.event(event), line=line)
+
+    def wait_stream(self, waiter: str, waitee: str) -> int:
+        """``waiter.wait_stream(waitee)``: record a fresh event on ``waitee``, wait on ``waiter``."""
+        event = f"_wait_stream{self.trace.next_seq}"
+        self.record(event, waitee)
+        return self.wait(event, waiter)
+
+    # ---------------------------------------------------------------- host
+    def sync(self, what: str = "device", stream=None, event=None, device: int = 0, line=None) -> int:
+        return self._add(T.HostSync, what, device, self.sids[stream] if stream else None,
+                         self.event(event) if event else None, line=line)
+
+    def marker(self, what: str, stream=None, line=None) -> int:
+        return self._add(T.Marker, what, self.sids[stream] if stream else None, line=line)
+
+
+def dump(trace: T.Trace) -> str:
+    """One line per record with stream labels and block names by id, for failure notes."""
+    label = {sid: info.label.split("/", 1)[-1] for sid, info in trace.streams.items()}
+    lines = []
+    for r in trace.records:
+        fields = []
+        for name in ("stream", "op", "event", "block", "reuses", "what", "reads", "writes"):
+            value = getattr(r, name, None)
+            if value in (None, ()):
+                continue
+            if name == "stream":
+                value = label.get(value, value)
+            elif name in ("reads", "writes"):
+                value = [f"b{sp.block}[{sp.lo},{sp.hi})" for sp in value]
+            fields.append(f"{name}={value}")
+        lines.append(f"{r.seq:3} {type(r).__name__} " + " ".join(fields))
+    return "\n".join(lines)

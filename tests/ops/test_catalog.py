@@ -1,0 +1,179 @@
+"""The catalog can be registered mechanically: schemas parse, impls accept them, profiles are sane.
+
+Every spec is defined in a throwaway ``npugraph_schema_test`` library (ops renamed with a ``t_``
+prefix so nothing clashes with a real or emulated ``npu`` namespace) and called through the
+dispatcher, which is how the runtime will call it (list/ScalarType/SymInt[] conversions included).
+"""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from pytest_npugraph.runtime.ops import catalog
+from pytest_npugraph.runtime.ops.catalog import ATEN_CORES, DEFAULT_ATEN_CORES, OPS, OPS_BY_NAME
+
+NAMESPACE = "npugraph_schema_test"
+KINDS = {"AICore", "AIV", "AICPU", "ATB", "HCCL", "MC2"}
+
+
+def _ids(e: int = 4):
+    return torch.stack([torch.randperm(e)[:2] for _ in range(3)]).to(torch.int32)
+
+
+# One realistic call per op: (positional args, keyword args).
+EXAMPLES = {
+    "npu_swiglu": lambda: ((torch.randn(2, 8),), {"dim": -1}),
+    "npu_rms_norm": lambda: ((torch.randn(2, 8), torch.ones(8)), {"epsilon": 1e-5}),
+    "npu_add_rms_norm": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.ones(8)), {}),
+    "npu_rotary_mul": lambda: ((torch.randn(1, 2, 3, 8), torch.rand(1, 1, 3, 8), torch.rand(1, 1, 3, 8)),
+                               {"rotary_mode": "interleave"}),
+    "npu_dynamic_quant": lambda: ((torch.randn(4, 16),), {"smooth_scales": torch.rand(2, 16),
+                                                          "group_index": torch.tensor([1, 4], dtype=torch.int32),
+                                                          "dst_type": torch.int8}),
+    "npu_quant_matmul": lambda: ((torch.ones(2, 8, dtype=torch.int8), torch.ones(8, 4, dtype=torch.int8),
+                                  torch.rand(4)), {"pertoken_scale": torch.rand(2), "output_dtype": torch.bfloat16}),
+    "npu_grouped_matmul": lambda: (([torch.randn(6, 4)], [torch.randn(2, 4, 3)]),
+                                   {"bias": [torch.randn(2, 3)], "group_list": torch.tensor([2, 6]), "split_item": 3,
+                                    "group_type": 0, "group_list_type": 0}),
+    "npu_grouped_matmul.List": lambda: (([torch.randn(5, 4)], [torch.randn(4, 3), torch.randn(4, 3)]),
+                                        {"group_list": [2, 5], "split_item": 2, "output_dtype": torch.float32}),
+    "npu_moe_gating_top_k_softmax": lambda: ((torch.randn(3, 4), None, 2), {}),
+    "npu_moe_gating_top_k": lambda: ((torch.randn(3, 16), 2), {"bias": torch.randn(16), "k_group": 2,
+                                                               "group_count": 4, "norm_type": 1}),
+    "npu_moe_init_routing": lambda: ((torch.randn(3, 4), torch.tensor([[0, 3], [1, 4], [2, 5]], dtype=torch.int32),
+                                      _ids()), {"active_num": 3}),
+    "npu_moe_init_routing_v2": lambda: ((torch.randn(3, 4), _ids()), {
+        "scale": torch.rand(3), "active_num": 4, "expert_num": 4, "expert_tokens_num_type": 1,
+        "expert_tokens_num_flag": True, "active_expert_range": [1, 3], "row_idx_type": 0}),
+    "npu_moe_finalize_routing": lambda: ((torch.randn(6, 4), None, None, None, torch.rand(3, 2),
+                                          torch.randperm(6).to(torch.int32), _ids()), {"drop_pad_mode": 0, "k": 2}),
+    "npu_moe_distribute_dispatch": lambda: ((torch.randn(3, 4), _ids(), "ep", 1, 0, 4),
+                                            {"expert_scales": torch.rand(3, 2), "quant_mode": 2}),
+    "npu_moe_distribute_combine": lambda: ((torch.randn(6, 4), torch.tensor([[0, 1], [1, 2], [2, 3]], dtype=torch.int32),
+                                            torch.zeros(6, dtype=torch.int32), torch.tensor([1, 3, 5, 6],
+                                                                                            dtype=torch.int32),
+                                            torch.rand(3, 2), "ep", 1, 0, 4), {"shared_expert_x": torch.randn(3, 4)}),
+    "npu_fused_infer_attention_score": lambda: ((torch.randn(2, 3, 16), torch.randn(2, 5, 8), torch.randn(2, 5, 8)), {
+        "atten_mask": torch.zeros(2, 1, 3, 5, dtype=torch.bool), "actual_seq_lengths": [3, 2],
+        "actual_seq_lengths_kv": [5, 4], "num_heads": 4, "num_key_value_heads": 2, "scale": 0.5,
+        "input_layout": "BSH", "softmax_lse_flag": True}),
+    "npu_prefetch": lambda: ((torch.randn(4), None, 64), {"offset": 0}),
+    "npu_format_cast": lambda: ((torch.randn(2, 3, 4, 5), 29), {}),
+    "npu_format_cast.Tensor": lambda: ((torch.randn(2, 3), torch.randn(2, 3)), {}),
+    "npu_format_cast_": lambda: ((torch.randn(2, 3), torch.randn(2, 3)), {}),
+    "npu_format_cast_.acl_format": lambda: ((torch.randn(2, 3), 2), {}),
+}
+
+
+def _renamed(spec) -> str:
+    return "t_" + spec.name
+
+
+@pytest.fixture(scope="module")
+def library():
+    lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+    for spec in OPS:
+        lib.define("t_" + spec.schema)
+        lib.impl(_renamed(spec), spec.impl, "CPU")
+    yield lib
+    lib._destroy()
+
+
+def _overload(spec):
+    base, _, overload = _renamed(spec).partition(".")
+    return getattr(getattr(torch.ops, NAMESPACE), base).__getattr__(overload or "default")
+
+
+def test_names_are_unique_and_taken_from_the_schema():
+    assert len(OPS_BY_NAME) == len(OPS)
+    for spec in OPS:
+        assert spec.schema.startswith(spec.name + "(")
+
+
+def test_the_required_ops_are_all_there():
+    required = {"npu_swiglu", "npu_rms_norm", "npu_add_rms_norm", "npu_rotary_mul", "npu_dynamic_quant",
+                "npu_quant_matmul", "npu_grouped_matmul", "npu_grouped_matmul.List", "npu_moe_gating_top_k_softmax",
+                "npu_moe_gating_top_k", "npu_moe_init_routing", "npu_moe_init_routing_v2", "npu_moe_finalize_routing",
+                "npu_fused_infer_attention_score", "npu_prefetch", "npu_format_cast", "npu_moe_distribute_dispatch",
+                "npu_moe_distribute_combine"}
+    assert required <= set(OPS_BY_NAME)
+    assert set(EXAMPLES) == set(OPS_BY_NAME)
+
+
+def _same_default(python_default, schema_default) -> bool:
+    if isinstance(python_default, (list, tuple)) or isinstance(schema_default, (list, tuple)):
+        return list(python_default) == list(schema_default)
+    if isinstance(schema_default, float):
+        return python_default == pytest.approx(schema_default)
+    return python_default == schema_default
+
+
+@pytest.mark.parametrize("spec", OPS, ids=lambda s: s.name)
+def test_schema_parses_and_impl_signature_accepts_it(library, spec):
+    schema = _overload(spec)._schema
+    params = inspect.signature(spec.impl).parameters
+    arg_names = [a.name for a in schema.arguments]
+    assert list(params) == arg_names, "impl parameters must be the schema arguments, in order"
+    for arg in schema.arguments:
+        param = params[arg.name]
+        expected_kind = inspect.Parameter.KEYWORD_ONLY if arg.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        assert param.kind == expected_kind, arg.name
+        if arg.has_default_value():
+            assert param.default is not inspect.Parameter.empty, arg.name
+            assert _same_default(param.default, arg.default_value), (arg.name, param.default, arg.default_value)
+        else:
+            assert param.default is inspect.Parameter.empty, arg.name
+
+
+def _shapes(out):
+    leaves, _ = tree_flatten(out)
+    return [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in leaves]
+
+
+@pytest.mark.parametrize("spec", OPS, ids=lambda s: s.name)
+def test_dispatcher_call_matches_direct_call(library, spec):
+    torch.manual_seed(0)
+    args, kwargs = EXAMPLES[spec.name]()
+    through_dispatcher = _overload(spec)(*args, **kwargs)
+    direct = spec.impl(*args, **kwargs)
+    assert _shapes(through_dispatcher) == _shapes(direct)
+    for a, b in zip(tree_flatten(through_dispatcher)[0], tree_flatten(direct)[0]):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("spec", OPS, ids=lambda s: s.name)
+def test_all_zero_inputs_give_the_same_shapes(spec):
+    """The runtime's Meta kernel runs the reference on zeros of the input shapes: it must not fail."""
+    torch.manual_seed(0)
+    args, kwargs = EXAMPLES[spec.name]()
+    zeros = lambda t: torch.zeros(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t  # noqa: E731
+    expected = _shapes(spec.impl(*args, **kwargs))
+    assert _shapes(spec.impl(*tree_map(zeros, args), **tree_map(zeros, kwargs))) == expected
+
+
+@pytest.mark.parametrize("spec", OPS, ids=lambda s: s.name)
+def test_core_profiles_are_declarative_and_complete(spec):
+    profile = spec.cores
+    assert set(profile) == {"kind", "cube", "vector", "all_resident", "limit_applies"}
+    assert profile["kind"] in KINDS
+    for key in ("cube", "vector"):
+        assert profile[key] == "all" or (isinstance(profile[key], int) and profile[key] >= 0)
+    if profile["kind"] == "MC2":
+        assert profile["all_resident"] is True and profile["vector"] == "all"
+
+
+def test_profiles_are_not_shared_between_ops():
+    assert len({id(spec.cores) for spec in OPS}) == len(OPS)
+
+
+def test_aten_profiles():
+    assert ATEN_CORES["nonzero"]["all_resident"] is True and ATEN_CORES["nonzero"]["kind"] == "AIV"
+    for name in ("mm", "bmm", "addmm", "matmul", "linear", "baddbmm", "convolution"):
+        assert ATEN_CORES[name]["kind"] == "AICore" and ATEN_CORES[name]["cube"] == "all"
+        assert not ATEN_CORES[name]["all_resident"]
+    assert DEFAULT_ATEN_CORES["kind"] == "AIV" and DEFAULT_ATEN_CORES["vector"] == "all"
+    assert catalog.cores("AICPU", limit_applies=False)["limit_applies"] is False
