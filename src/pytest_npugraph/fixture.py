@@ -74,6 +74,12 @@ class NpuGraph:
                         f"): the block produced no such hazard{detail}", pytrace=False)
         self._hazards.absorbed.update(h.key for h in found)
 
+    def timeline(self, path) -> None:
+        """Write this test's emulated schedule as Chrome-trace JSON (Perfetto, chrome://tracing)."""
+        from .report import timeline
+
+        timeline.write(path, self.runtime.trace, self._hazards.analyze())
+
     def assert_clean(self, *kinds: str) -> None:
         """Raise AssertionError describing every hazard found so far (of ``kinds``, or any kind)."""
         for kind in kinds:

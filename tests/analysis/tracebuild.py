@@ -48,13 +48,17 @@ class Build:
         return seq
 
     # ---------------------------------------------------------------- memory
-    def alloc(self, name: str, size: int = 64, stream="main", *, reuses=None, at=None,
+    def alloc(self, name: str, size: int = 64, stream=None, *, reuses=None, at=None,
               device: int = 0, line=None) -> int:
-        """A new block; ``reuses`` names a freed block whose address it takes (same start) and,
-        with ``stream=None``, its allocation stream (the caching allocator's rule)."""
+        """A new block on ``stream`` (default: the first stream, or the stream of the block it
+        ``reuses``, the caching allocator's rule); ``reuses`` names a freed block whose address
+        it takes (same start)."""
         old = self.trace.blocks[self.bids[reuses]] if reuses is not None else None
         lo = old.lo if old is not None else at
-        sid = old.stream if stream is None else self.sids[stream]
+        if stream is not None:
+            sid = self.sids[stream]
+        else:
+            sid = old.stream if old is not None else next(iter(self.sids.values()))
         if lo is None:
             lo = self._top.get(device, 0)
             self._top[device] = lo + size

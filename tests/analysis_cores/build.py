@@ -18,8 +18,8 @@ class Builder:
         for device in range(devices):
             self.marker("device", detail=(device, cube, vector))
 
-    def site(self) -> Site:
-        return Site("model.py", self.trace.next_seq + 1)
+    def site(self, line=None) -> Site:
+        return Site("model.py", self.trace.next_seq + 1 if line is None else line)
 
     def marker(self, what: str, stream=None, detail=()) -> Marker:
         rec = Marker(self.trace.next_seq, what, stream, tuple(detail), self.site())
@@ -41,9 +41,10 @@ class Builder:
         return self.marker("stream_limit", stream=sid, detail=(cube, vector))
 
     def kernel(self, sid: int, op: str, *, vector: int = 0, cube: int = 0, resident: bool = False,
-               kind: str = "AIV", limit_applies: bool = True, collective=None) -> Kernel:
+               kind: str = "AIV", limit_applies: bool = True, collective=None, line=None) -> Kernel:
+        """``line``: the call site's line, for ops issued by one line in a loop."""
         cube_limit, vector_limit = self.limits[sid]
-        rec = Kernel(self.trace.next_seq, sid, op, site=self.site(),
+        rec = Kernel(self.trace.next_seq, sid, op, site=self.site(line),
                      cores=OpCores(kind, cube, vector, resident, limit_applies),
                      cube_limit=cube_limit, vector_limit=vector_limit, collective=collective)
         self.trace.append(rec)

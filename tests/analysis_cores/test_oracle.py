@@ -6,7 +6,7 @@ where the two verdicts differ.  Pools are tiny so that contention, and deadlocks
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,8 +21,8 @@ EXAMPLES = 600
 
 
 @st.composite
-def scenarios(draw):
-    """2-3 devices, 1-4 streams each, up to MAX_TASKS stream tasks: ops with cube/vector
+def scenarios(draw, max_tasks: int = MAX_TASKS):
+    """2-3 devices, 1-4 streams each, up to ``max_tasks`` stream tasks: ops with cube/vector
     demands (resident or not, limits that apply or not), collectives over all or some
     devices issued in per-device orders, event record/wait pairs, limits, host syncs."""
     devices = draw(st.integers(2, 3))
@@ -47,7 +47,7 @@ def scenarios(draw):
             b.collective(sid, op, group, seqs[group, device], **profile)
         return issue
 
-    budget = MAX_TASKS
+    budget = max_tasks
     while budget > 0:
         what = draw(st.sampled_from(["kernel", "collective", "collective", "event", "limit", "sync"]))
         device = draw(st.integers(0, devices - 1))
@@ -102,6 +102,27 @@ def test_search_agrees_with_exhaustive_oracle():
     agree()
     # the generator must exercise both verdicts, or agreement says little
     assert verdicts[True] >= EXAMPLES // 10 and verdicts[False] >= EXAMPLES // 10, verdicts
+
+
+class Unreduced(deadlock.Search):
+    """The same transition system searched without the reductions (every step branches;
+    only the visited set remains): exact, and fast enough for larger scenarios."""
+
+    safe = defaultdict(bool)
+
+    def persistent(self, pos, steps):
+        return steps
+
+
+@settings(max_examples=200, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scenarios(max_tasks=16))
+def test_reductions_keep_the_verdict_on_larger_scenarios(trace):
+    graph = taskgraph.build(trace)
+    reduced, full = deadlock.Search(graph).run(), Unreduced(graph).run(budget=10**6)
+    assert reduced.complete and full.complete
+    assert (reduced.stuck is None) == (full.stuck is None), _show(trace)
+    assert reduced.states <= full.states
 
 
 def _as_oracle_state(trace, pos, held) -> dict:

@@ -253,3 +253,29 @@ def test_xdist_gives_the_same_outcomes(pytester):
     serial.assert_outcomes(passed=6, failed=1)
     parallel.assert_outcomes(passed=6, failed=1)
     parallel.stdout.fnmatch_lines(["*npugraph hazards by kind*", "race *2 *test_race*"])
+
+
+def test_timeline_writes_tracks_slices_flows_and_hazard_markers(pytester):
+    pytester.makepyfile("""
+        import json, torch, torch_npu
+        def test_tl(npugraph, tmp_path):
+            x = torch.ones(4, device="npu")
+            s = torch.npu.Stream()
+            e = torch.npu.Event()
+            e.record()
+            s.wait_event(e)
+            with torch.npu.stream(s):
+                y = x * 2
+            with npugraph.expect("race"):
+                z = y + 1
+            npugraph.timeline(tmp_path / "t.json")
+            ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+            tracks = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+            assert {"npu:0/default", "npu:0/stream-0"} <= tracks
+            slices = {e["name"]: e for e in ev if e["ph"] == "X"}
+            assert slices["mul.Tensor"]["tid"] != slices["add.Tensor"]["tid"]
+            assert slices["mul.Tensor"]["args"]["where"].endswith(":9")
+            assert [e["ph"] for e in ev if e.get("cat") == "event"] == ["s", "f"]
+            assert any(e["name"] == "HAZARD race" for e in ev if e["ph"] == "i")
+    """)
+    run(pytester, "--npu-emulate=on").assert_outcomes(passed=1)

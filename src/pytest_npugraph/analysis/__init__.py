@@ -1,7 +1,8 @@
 """Hazard analyses over a recorded ``Trace`` (pure Python, no torch).
 
 ``analyze(trace)`` runs every analysis in ``REGISTRY``.  An entry is ``(kinds, function)``:
-``kinds`` are the hazard kinds it can report (``None``: any, always run) and ``function``
+``kinds`` are the hazard kinds it can report (``None``: any; used to skip analyses when
+``analyze`` is asked for other kinds) and ``function``
 is called as ``function(trace, cache)``, where ``cache`` is a dict shared by the analyses
 of one ``analyze`` call, so the happens-before clocks (``happens_before.of(trace, cache)``)
 and the race engine's conflicts are computed once.  To add an analysis, append one line.
@@ -35,8 +36,8 @@ REGISTRY: list = [
     (("race",), races.find),
     (("missing-record-stream",), record_stream.find),
     (("event-misuse",), events.find),
-    (None, _optional("cores")),
-    (None, _optional("deadlock")),
+    (("core-limit", "limit-ineffective"), _optional("cores")),
+    (("deadlock",), _optional("deadlock")),
 ]
 
 

@@ -373,7 +373,8 @@ def report(graph: TaskGraph, pos: tuple, held: tuple) -> Hazard:
         if isinstance(node, tuple):
             return f"npu:{node[2]} (never issues collective {node[1][0]!r}#{node[1][1]})"
         t = graph.tasks[node]
-        return f"{t.rec.op if t.kernel else type(t.rec).__name__}@{graph.stream_label(t.lane)}"
+        key = f"[{t.collective[0]}#{t.collective[1]}]" if t.collective else ""
+        return f"{t.rec.op if t.kernel else type(t.rec).__name__}{key}@{graph.stream_label(t.lane)}"
 
     def queued(tid: int) -> None:
         """A waited-for task that is not at its stream's head waits for that head."""
@@ -401,10 +402,12 @@ def report(graph: TaskGraph, pos: tuple, held: tuple) -> Hazard:
                 if m is None:
                     wfg.add_edge(t.tid, ("missing", key, device))
                     waiting.append(f"npu:{device}, which never issues it")
-                elif not held[graph.tasks[m].lane][2]:
+                elif heads.get(graph.tasks[m].lane) is not graph.tasks[m] or not held[graph.tasks[m].lane][2]:
                     wfg.add_edge(t.tid, m)
                     queued(m)
-                    waiting.append(graph.describe(graph.tasks[m]))
+                    ahead = heads.get(graph.tasks[m].lane)
+                    waiting.append(graph.describe(graph.tasks[m]) + (
+                        f", queued behind {graph.describe(ahead)}" if ahead is not graph.tasks[m] else ""))
             have = _cores(t.need)
             why = (f"collective {key[0]!r}#{key[1]} arrived{' holding ' + have if have else ''}; "
                    f"waits for its peers: " + "; ".join(waiting))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import OrderedDict
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -18,6 +18,7 @@ SMALL_SIZE = 1 << 20             # requests up to 1 MiB come from the small pool
 SMALL_SEGMENT = 2 << 20          # small pool segments are 2 MiB
 LARGE_SEGMENT = 20 << 20         # requests below 10 MiB get a 20 MiB segment
 ROUND_LARGE = 2 << 20            # larger requests are rounded to 2 MiB
+HUGE = 1 << 60                   # 1 EiB: "Tried to allocate more than 1EB memory."
 BASE_ADDRESS = 0x12C0_0000_0000  # where simulated address spaces start
 REGION = 1 << 40                 # each allocator (device of one test) gets its own region
 _regions = itertools.count()
@@ -27,11 +28,23 @@ def round_size(size: int) -> int:
     return max(MIN_BLOCK, (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK)
 
 
+def segment_size(size: int, small: bool) -> int:
+    """What the allocator asks the device for to serve a (rounded) request of ``size``."""
+    if small:
+        return SMALL_SEGMENT
+    if size < 10 * SMALL_SIZE:
+        return LARGE_SEGMENT
+    return (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+
+
 def format_size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
+    """Sizes in messages, as the caching allocator prints them."""
+    if n <= 1024:
+        return f"{n} bytes"
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20)):
+        if n <= scale << 10:
             return f"{n / scale:.2f} {unit}"
-    return f"{n} bytes"
+    return f"{n / (1 << 30):.2f} GiB"
 
 
 @dataclass(eq=False)
@@ -51,12 +64,17 @@ class Chunk:
     segment: Segment
     lo: int
     size: int
-    owner: Optional["Block"] = None
+    owner: Optional["weakref.ref"] = None   # weak: the tensors' death, not the pool, frees a block
     pending: bool = False  # freed, waiting for recorded streams
+    requested: int = 0     # bytes its owner asked for (until the chunk is inactive again)
 
     @property
     def hi(self) -> int:
         return self.lo + self.size
+
+    @property
+    def split(self) -> bool:
+        return len(self.segment.blocks) > 1
 
 
 class Block:
@@ -83,19 +101,28 @@ class Block:
             allocator.free(self)
 
 
-class Stats:
-    """The counters behind ``torch.npu.memory_stats`` (the ``.all`` pool)."""
+def _stat() -> dict:
+    return {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
 
-    NAMES = ("allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
-             "active_bytes", "requested_bytes")
+
+class Stats:
+    """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small)."""
+
+    ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+              "active_bytes", "inactive_split_bytes", "requested_bytes")
+    POOLS = ("all", "large_pool", "small_pool")
+    COUNTERS = ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams",
+                "num_device_alloc", "num_device_free")
 
     def __init__(self):
-        self.values = {n: {"current": 0, "peak": 0, "allocated": 0, "freed": 0} for n in self.NAMES}
-        self.num_alloc_retries = 0
-        self.num_ooms = 0
+        self.values = {n: {p: _stat() for p in self.POOLS} for n in self.ARRAYS}
+        self.counters = dict.fromkeys(self.COUNTERS, 0)
+        self.oversize_allocations = _stat()
+        self.oversize_segments = _stat()
+        self.max_split_size = -1    # no max_split_size_mb configured
 
-    def add(self, name: str, amount: int) -> None:
-        v = self.values[name]
+    @staticmethod
+    def _change(v: dict, amount: int) -> None:
         v["current"] += amount
         if amount > 0:
             v["allocated"] += amount
@@ -103,31 +130,45 @@ class Stats:
             v["freed"] -= amount
         v["peak"] = max(v["peak"], v["current"])
 
+    def add(self, name: str, amount: int, small: bool) -> None:
+        arrays = self.values[name]
+        self._change(arrays["all"], amount)
+        self._change(arrays["small_pool" if small else "large_pool"], amount)
+
+    def current(self, name: str) -> int:
+        return self.values[name]["all"]["current"]
+
+    def _all_stats(self):
+        for arrays in self.values.values():
+            yield from arrays.values()
+        yield self.oversize_allocations
+        yield self.oversize_segments
+
     def reset_peaks(self) -> None:
-        for v in self.values.values():
+        for v in self._all_stats():
             v["peak"] = v["current"]
 
     def reset_accumulated(self) -> None:
-        for v in self.values.values():
+        for v in self._all_stats():
             v["allocated"] = v["freed"] = 0
-        self.num_alloc_retries = self.num_ooms = 0
+        for name in ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams"):
+            self.counters[name] = 0
 
-    def as_dict(self) -> "OrderedDict":
-        out = OrderedDict()
-        for name, v in sorted(self.values.items()):
-            for pool in ("all", "large_pool", "small_pool"):
-                for stat, value in v.items():
-                    out[f"{name}.{pool}.{stat}"] = value if pool == "all" else 0
-        out["num_alloc_retries"] = self.num_alloc_retries
-        out["num_ooms"] = self.num_ooms
-        return out
+    def as_nested_dict(self) -> dict:
+        nested = {name: {pool: dict(v) for pool, v in arrays.items()} for name, arrays in self.values.items()}
+        nested.update(self.counters)
+        nested["max_split_size"] = self.max_split_size
+        nested["oversize_allocations"] = dict(self.oversize_allocations)
+        nested["oversize_segments"] = dict(self.oversize_segments)
+        return nested
 
 
 class CachingAllocator:
     """Per-device allocator.  ``on_alloc``/``on_free`` report to the runtime's trace.
 
-    ``completed(stream, mark)`` answers whether the host knows that stream's work up to
-    ``mark`` finished; pending blocks (freed with recorded streams) become reusable only then.
+    ``runtime.stream_completed(stream, mark)`` answers whether the host knows that stream's work
+    up to ``mark`` finished; pending blocks (freed with recorded streams) become reusable only
+    then, as the real allocator reuses them only once the events it recorded have completed.
     """
 
     def __init__(self, device: int, capacity: int, runtime):
@@ -142,23 +183,43 @@ class CachingAllocator:
         self.stats = Stats()
         self.fraction = 1.0
 
+    @property
+    def limit(self) -> int:
+        return int(self.capacity * self.fraction)
+
     # ----------------------------------------------------------------- allocation
     def malloc(self, nbytes: int, stream: int, pool=None) -> Block:
+        if nbytes >= HUGE:
+            raise self._oom(None)
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         self._process_pending()
         chunk = self._take_cached(size, stream, small, pool)
         if chunk is None:
-            chunk = self._new_segment(size, stream, small, pool, nbytes)
+            chunk = self._new_segment(size, stream, small, pool)
         chunk = self._split(chunk, size)
         block = Block(self.runtime.new_block_id(), self.device, stream, chunk, nbytes, self)
-        chunk.owner = block
-        self.stats.add("allocation", 1)
-        self.stats.add("active", 1)
-        self.stats.add("allocated_bytes", chunk.size)
-        self.stats.add("active_bytes", chunk.size)
-        self.stats.add("requested_bytes", nbytes)
+        chunk.owner = weakref.ref(block)
+        chunk.requested = nbytes
+        self.runtime.devices[self.device].initialized = True   # using a device activates it
+        self.stats.add("allocation", 1, small)
+        self.stats.add("active", 1, small)
+        self.stats.add("allocated_bytes", chunk.size, small)
+        self.stats.add("active_bytes", chunk.size, small)
+        self.stats.add("requested_bytes", nbytes, small)
         return block
+
+    def fits(self, nbytes: int, stream: int, pool=None) -> bool:
+        """Whether ``malloc(nbytes)`` can succeed (asked before a big CPU payload is made)."""
+        if nbytes >= HUGE:
+            return False
+        size = round_size(nbytes)
+        small = size <= SMALL_SIZE
+        free = self.free_chunks.get(self._key(stream, small, pool))
+        if free and bisect.bisect_left(free, (size, -1)) < len(free):
+            return True
+        releasable = sum(seg.size for seg in self.segments if self._releasable(seg, pending_ok=True))
+        return self.reserved - releasable + segment_size(size, small) <= self.limit
 
     def _key(self, stream, small, pool):
         # graph pools are shared by every stream that captures into them
@@ -174,35 +235,43 @@ class CachingAllocator:
         _, _, chunk = free.pop(i)
         return chunk
 
-    def _new_segment(self, size, stream, small, pool, requested) -> Chunk:
-        seg_size = SMALL_SEGMENT if small else (
-            LARGE_SEGMENT if size < 10 * SMALL_SIZE else (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE)
-        limit = int(self.capacity * self.fraction)
-        if self.reserved + seg_size > limit:
-            self.stats.num_alloc_retries += 1
+    def _new_segment(self, size, stream, small, pool) -> Chunk:
+        seg_size = segment_size(size, small)
+        if self.reserved + seg_size > self.limit:
+            self.stats.counters["num_alloc_retries"] += 1
             self.empty_cache()
-            if self.reserved + seg_size > limit:
-                self.stats.num_ooms += 1
-                raise self._oom(requested)
+            if self.reserved + seg_size > self.limit:
+                raise self._oom(seg_size)
         seg = Segment(self.next_address, seg_size, stream, small, pool)
         self.next_address += seg_size
         self.reserved += seg_size
-        self.stats.add("segment", 1)
-        self.stats.add("reserved_bytes", seg_size)
+        self.stats.counters["num_device_alloc"] += 1
+        self.stats.add("segment", 1, small)
+        self.stats.add("reserved_bytes", seg_size, small)
         chunk = Chunk(seg, seg.lo, seg_size)
         seg.blocks.append(chunk)
         self.segments.append(seg)
         return chunk
 
     def _split(self, chunk: Chunk, size: int) -> Chunk:
+        """Carve ``size`` bytes off a free chunk, keeping the inactive-split statistics."""
+        small = chunk.segment.small
+        was_split = chunk.split
         rest = chunk.size - size
-        threshold = MIN_BLOCK if chunk.segment.small else SMALL_SIZE + 1
-        if rest >= threshold:
+        if rest >= (MIN_BLOCK if small else SMALL_SIZE + 1):
             tail = Chunk(chunk.segment, chunk.lo + size, rest)
             chunk.size = size
             blocks = chunk.segment.blocks
             blocks.insert(blocks.index(chunk) + 1, tail)
             self._cache(tail)
+            if was_split:       # an inactive split shrinks by the bytes taken
+                self.stats.add("inactive_split_bytes", -size, small)
+            else:               # a new inactive split (the tail) appears
+                self.stats.add("inactive_split", 1, small)
+                self.stats.add("inactive_split_bytes", rest, small)
+        elif was_split:         # a whole inactive split becomes active
+            self.stats.add("inactive_split", -1, small)
+            self.stats.add("inactive_split_bytes", -chunk.size, small)
         return chunk
 
     def _cache(self, chunk: Chunk) -> None:
@@ -214,22 +283,24 @@ class CachingAllocator:
         seg = chunk.segment
         self.free_chunks[self._key(seg.stream, seg.small, seg.pool)].remove((chunk.size, chunk.lo, chunk))
 
-    def _oom(self, requested: int):
+    def _oom(self, seg_size: Optional[int]):
         import torch
 
         from .errors import ErrCode, pta_error
 
-        if requested >= 1 << 60:
-            return torch.OutOfMemoryError("NPU out of memory. Tried to allocate more than 1EB memory.")
-        allocated = self.stats.values["allocated_bytes"]["current"]
-        free = self.capacity - self.reserved
+        self.stats.counters["num_ooms"] += 1
+        if seg_size is None:
+            return torch.OutOfMemoryError("NPU out of memory. Tried to allocate more than 1EB memory."
+                                          + pta_error(ErrCode.MEMORY))
+        allowed = f"{format_size(self.limit)} allowed; " if self.fraction < 1.0 else ""
         return torch.OutOfMemoryError(
-            f"NPU out of memory. Tried to allocate {format_size(round_size(requested))} "
+            f"NPU out of memory. Tried to allocate {format_size(seg_size)} "
             f"(NPU {self.device}; {format_size(self.capacity)} total capacity; "
-            f"{format_size(allocated)} already allocated; "
-            f"{format_size(self.stats.values['active_bytes']['current'])} current active; "
-            f"{format_size(free)} free; {format_size(self.reserved)} reserved in total by PyTorch)."
-            + pta_error(ErrCode.MEMORY))
+            f"{format_size(self.stats.current('allocated_bytes'))} already allocated; "
+            f"{format_size(self.stats.current('active_bytes'))} current active; "
+            f"{format_size(self.capacity - self.reserved)} free; {allowed}"
+            f"{format_size(self.reserved)} reserved in total by PyTorch). If reserved memory is >> allocated "
+            f"memory try setting max_split_size_mb to avoid fragmentation." + pta_error(ErrCode.MEMORY))
 
     # ----------------------------------------------------------------------- free
     def free(self, block: Block) -> None:
@@ -238,22 +309,25 @@ class CachingAllocator:
         block.freed = True
         chunk = block.chunk
         chunk.owner = None
-        self.stats.add("allocation", -1)
-        self.stats.add("active", -1)
-        self.stats.add("allocated_bytes", -chunk.size)
-        self.stats.add("active_bytes", -chunk.size)
-        self.stats.add("requested_bytes", -block.requested)
+        small = chunk.segment.small
+        self.stats.add("allocation", -1, small)
+        self.stats.add("allocated_bytes", -chunk.size, small)
         self.runtime.on_free(block)
         uses = block.stream_uses - {block.stream}
-        if uses:
+        if uses:    # the real allocator records an event on each and waits for them before reuse
             chunk.pending = True
             self.pending.append((chunk, {s: self.runtime.stream_mark(s) for s in uses}))
         else:
             self._release(chunk)
 
     def _release(self, chunk: Chunk) -> None:
-        """Return a chunk to its pool, merging it with free neighbours."""
+        """Return a chunk to its pool (inactive now), merging it with free neighbours."""
         chunk.pending = False
+        small = chunk.segment.small
+        self.stats.add("active", -1, small)
+        self.stats.add("active_bytes", -chunk.size, small)
+        self.stats.add("requested_bytes", -chunk.requested, small)
+        chunk.requested = 0
         blocks = chunk.segment.blocks
         i = blocks.index(chunk)
         for j in (i + 1, i - 1):
@@ -261,34 +335,48 @@ class CachingAllocator:
                 other = blocks[j]
                 if other.owner is None and not other.pending:
                     self._uncache(other)
-                    lo = min(chunk.lo, other.lo)
+                    self.stats.add("inactive_split", -1, small)
+                    self.stats.add("inactive_split_bytes", -other.size, small)
+                    chunk.lo = min(chunk.lo, other.lo)
                     chunk.size += other.size
-                    chunk.lo = lo
                     blocks.remove(other)
+        if chunk.split:
+            self.stats.add("inactive_split", 1, small)
+            self.stats.add("inactive_split_bytes", chunk.size, small)
         self._cache(chunk)
 
-    def _process_pending(self) -> None:
+    def _process_pending(self, synchronize: bool = False) -> None:
+        """Release the pending chunks whose recorded streams completed; ``synchronize`` waits for
+        them first (``empty_cache`` and the out-of-memory retry do, as in torch_npu)."""
         if not self.pending:
             return
         still = []
         for chunk, marks in self.pending:
+            if synchronize:
+                for s, m in marks.items():
+                    self.runtime._learn(s, m)
             if all(self.runtime.stream_completed(s, m) for s, m in marks.items()):
                 self._release(chunk)
             else:
                 still.append((chunk, marks))
         self.pending = still
 
+    @staticmethod
+    def _releasable(seg: Segment, pending_ok: bool = False) -> bool:
+        return all(c.owner is None and (pending_ok or not c.pending) for c in seg.blocks)
+
     def empty_cache(self) -> None:
-        """Release every segment that holds no live or pending block."""
-        self._process_pending()
+        """Give every segment holding no live block back to the device (pending frees waited for)."""
+        self._process_pending(synchronize=True)
         keep = []
         for seg in self.segments:
-            if all(c.owner is None and not c.pending for c in seg.blocks):
+            if self._releasable(seg):
                 for c in seg.blocks:
                     self._uncache(c)
                 self.reserved -= seg.size
-                self.stats.add("segment", -1)
-                self.stats.add("reserved_bytes", -seg.size)
+                self.stats.counters["num_device_free"] += 1
+                self.stats.add("segment", -1, seg.small)
+                self.stats.add("reserved_bytes", -seg.size, seg.small)
             else:
                 keep.append(seg)
         self.segments = keep

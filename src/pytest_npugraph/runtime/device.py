@@ -50,8 +50,13 @@ class Device:
         return self._stream(SYNC_LAUNCH_BASE + i, f"sync-launch-{i}")
 
     def external_stream(self, pointer: int) -> StreamState:
-        stream_id = (1 << 30) | (len([s for s in self.streams.values() if s.external]))
-        return self._stream(stream_id, f"external-{pointer:#x}", external=True)
+        """The stream wrapping ``pointer`` (one per pointer and device, id ``(1 << 30) | i``)."""
+        externals = [s for s in self.streams.values() if s.external]
+        for s in externals:
+            if s.pointer == pointer:
+                return s
+        return self._stream(EXTERNAL_BIT | len(externals), f"external-{pointer:#x}", external=True,
+                            pointer=pointer)
 
     def stream_by_id(self, stream_id: int) -> StreamState:
         """The stream a handle's id names (pool streams exist from the start, as on hardware)."""

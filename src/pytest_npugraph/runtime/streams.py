@@ -23,6 +23,7 @@ class StreamState:
     label: str
     priority: int = 0
     external: bool = False
+    pointer: int = 0                    # the wrapped aclrtStream of an external stream
     cube_limit: Optional[int] = None    # the stream's own limit; None = inherit the device limit
     vector_limit: Optional[int] = None
     capture: Optional[object] = None    # the graph being captured on this stream

@@ -50,6 +50,27 @@ def _npu_getDevice() -> int:
     return index
 
 
+def _npu_init() -> None:
+    """``torch_npu.npu._lazy_init``: this test's NPU state is initialised from here on."""
+    rt = _rt()
+    rt.extensions["torch_npu.initialized"] = True
+    if _npu_getDeviceWithoutSet() < 0:
+        rt.set_current_device(rt.current_device())   # initialisation sets the thread's device
+    _npu_getDevice()
+
+
+def _npu_isInitialized() -> bool:
+    """Whether this test initialised the NPU (lazily, or by activating a device through use)."""
+    rt = _runtime.peek()
+    return rt is not None and (rt.extensions.get("torch_npu.initialized", False)
+                               or any(d.initialized for d in rt.devices))
+
+
+def _npu_getLocalDevice() -> int:
+    """The calling thread's device, -1 when none was set."""
+    return -1 if _runtime.peek() is None else _npu_getDeviceWithoutSet()
+
+
 def _npu_getDeviceWithoutSet() -> int:
     rt = _rt()
     return rt.current_device() if getattr(rt._local, "device", None) is not None else -1
@@ -70,7 +91,7 @@ def _npu_synchronize() -> None:
 def _device_initialized(index: int, what: str):
     rt = _rt()
     device = rt.devices[index]
-    if not getattr(device, "initialized", False) and index != rt.current_device():
+    if not device.initialized:
         raise RuntimeError(f"NPU device {index} has not been initialized! Can not {what} device resource limit")
     return rt, device
 
@@ -86,7 +107,7 @@ def _record_limit(rt, stream_or_device, what):
 
 
 def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
-    rt, d = _device_initialized(device, "set")
+    rt, d = _device_initialized(device, "get")
     if type == 0:
         d.cube_limit = value
     else:
@@ -97,6 +118,104 @@ def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
 def _npu_get_device_res_limit(device: int, type: int) -> int:
     _, d = _device_initialized(device, "get")
     return d.device_limits()[0 if type == 0 else 1]
+
+
+# ------------------------------------------------------------------------ memory
+def _allocator(index: int):
+    return _check_device(index, "aclrtGetMemInfo").devices[index].allocator
+
+
+def _npu_emptyCache() -> None:
+    for device in _rt().devices:
+        device.allocator.empty_cache()
+
+
+def _empty_nbytes(size, stride, dtype) -> int:
+    if any(n == 0 for n in size):
+        return 0
+    itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
+    if stride is None:
+        count = 1
+        for n in size:
+            count *= n
+        return count * itemsize
+    return (sum((n - 1) * abs(st) for n, st in zip(size, stride)) + 1) * itemsize
+
+
+def _npu_empty(op):
+    """The npu kernel of ``empty``/``empty_strided``: the device allocator answers (or raises
+    ``OutOfMemoryError``) before the CPU payload is made, so a huge request fails as on an NPU."""
+    strided = op is torch.ops.aten.empty_strided.default
+
+    def kernel(*args, **kwargs):
+        from pytest_npugraph.runtime.tensor import wrap
+
+        device = kwargs.get("device")
+        rt = _rt()
+        index = rt.current_device() if device is None or device.index is None else device.index
+        _check_device(index)
+        stream = rt.current_stream(index)
+        pool = stream.capture.pool if stream.capture is not None else None
+        nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
+        allocator = rt.devices[index].allocator
+        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
+            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
+        return wrap(op(*args, **dict(kwargs, device=torch.device("cpu"))), index)
+    return kernel
+
+
+def _raw_blocks(rt) -> dict:
+    return rt.extensions.setdefault("torch_npu.raw_blocks", {})
+
+
+def _npu_npuCachingAllocator_raw_alloc(size: int, stream_ptr: int) -> int:
+    rt = _rt()
+    device = rt.device()
+    state = next((s for s in device.streams.values() if _stream_ptr(s) == stream_ptr), None)
+    if state is None:
+        state = rt.current_stream()
+    block = device.allocator.malloc(size, state.sid)
+    rt.on_alloc(block)
+    _raw_blocks(rt)[block.lo] = block
+    return block.lo
+
+
+def _npu_npuCachingAllocator_raw_delete(ptr: int) -> None:
+    if not ptr:
+        return
+    block = _raw_blocks(_rt()).pop(ptr, None)
+    if block is None:
+        raise RuntimeError(f"invalid device pointer: {ptr:#x}" + pta_error(ErrCode.PARAM))
+    block.allocator.free(block)
+
+
+_BLOCK_STATES = {(True, False): "active_allocated", (False, True): "active_pending_free",
+                 (False, False): "inactive"}
+
+
+def _npu_memorySnapshot(mempool_id=None) -> dict:
+    """The allocator state of every device, shaped like torch_npu's ``memory._snapshot()``."""
+    rt = _rt()
+    segments = []
+    for device in rt.devices:
+        for seg in device.allocator.segments:
+            pool = seg.pool if isinstance(seg.pool, tuple) else (0, 0)
+            if mempool_id is not None and tuple(mempool_id) != pool:
+                continue
+            info = rt.trace.streams.get(seg.stream)
+            blocks = [{"address": c.lo, "size": c.size, "requested_size": c.requested,
+                       "state": _BLOCK_STATES[(c.owner is not None, c.pending)], "frames": []}
+                      for c in seg.blocks]
+            segments.append({
+                "device": device.index, "address": seg.lo, "total_size": seg.size,
+                "stream": 0 if info is None else _stream_ptr(device.stream_by_id(info.stream_id)),
+                "segment_type": "small" if seg.small else "large", "segment_pool_id": pool,
+                "is_expandable": False, "frames": [], "blocks": blocks,
+                "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
+                "active_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+                "requested_size": sum(b["requested_size"] for b in blocks),
+            })
+    return {"segments": segments, "device_traces": [[] for _ in rt.devices]}
 
 
 # ----------------------------------------------------------------------- streams
@@ -145,6 +264,13 @@ def _npu_reset_stream_res_limit(stream_id, device_index, device_type) -> None:
     _record_limit(_rt(), state, "stream")
 
 
+def _stream_ptr(state) -> int:
+    """The ``aclrtStream`` a stream handle reports (the wrapped pointer for an external stream)."""
+    if state.external:
+        return state.pointer
+    return 0xA5C0_0000_0000 + state.device * 0x1_0000_0000 + state.stream_id * 0x100
+
+
 def _external_error(api: str) -> RuntimeError:
     return RuntimeError(f"External NPU stream is not supported in {api}. This path requires a torch_npu-managed "
                         "stream." + pta_error(ErrCode.NOT_SUPPORT))
@@ -172,7 +298,7 @@ class _NPUStreamBase(torch.Stream):
 
     @property
     def npu_stream(self) -> int:
-        return 0xA5C0_0000_0000 + self.device_index * 0x1_0000_0000 + self.stream_id * 0x100
+        return _stream_ptr(self._state)
 
     def query(self) -> bool:
         state = self._state
@@ -244,7 +370,19 @@ class _NPUEventBase:
         s = self._stream(stream)
         if s.external:
             raise _external_error("NPUEvent::block")
+        if state.external and state.device is None:
+            state.device = s.device     # an external event is created by its first wait, too
         rt.wait_event(state, s)
+
+    def reset(self, stream=None):
+        rt, state = self._live()
+        if not state.external:
+            raise RuntimeError("API reset() only support ACL_EVENT_EXTERNAL flag event." + pta_error(ErrCode.PARAM))
+        s = self._stream(stream)
+        rt.marker("event_reset", s, detail=(state.eid,))
+        state.record_stream = None
+        state.record_mark = -1
+        state.waits_since_record = 0
 
     def query(self) -> bool:
         rt, state = self._live()

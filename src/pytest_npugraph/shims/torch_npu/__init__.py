@@ -22,9 +22,13 @@ def _register_kernels() -> None:
     from pytest_npugraph.runtime import tensor as _tensor
 
     _kernels = torch.library.Library("aten", "IMPL")
-    # torch.tensor(data, device="npu") copies with the Python key excluded; the PrivateUse1
+    # torch.tensor(data, device="npu") copies with the Python key excluded: the PrivateUse1
     # fallback cannot take NpuTensor arguments then (torch's Python fallback asserts)
     _kernels.impl("_copy_from", _tensor.copy_from_kernel, "PrivateUse1")
+    # allocations ask the emulated device first, so an out-of-memory is the NPU's, not the host's
+    for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
+                     ("empty_strided", torch.ops.aten.empty_strided.default)):
+        _kernels.impl(name, _C._npu_empty(op), "PrivateUse1")
 
 
 _kernels = None

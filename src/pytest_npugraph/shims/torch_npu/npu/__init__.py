@@ -2,6 +2,8 @@
 core limits and graphs, backed by pytest-npugraph's per-test runtime."""
 from __future__ import annotations
 
+import os
+import re
 import warnings
 
 import torch
@@ -40,13 +42,9 @@ __all__ = [
     "is_bf16_supported", "get_amp_supported_dtype", "is_autocast_enabled", "get_autocast_dtype",
 ]
 
-_initialized = False
-
-
 def _lazy_init() -> None:
-    global _initialized
-    _initialized = True
-    _C._npu_getDevice()
+    """Initialise the NPU state (per test in the emulator: every test starts uninitialised)."""
+    _C._npu_init()
 
 
 def init() -> None:
@@ -54,7 +52,7 @@ def init() -> None:
 
 
 def is_initialized() -> bool:
-    return _initialized
+    return _C._npu_isInitialized()
 
 
 def _is_in_bad_fork() -> bool:
@@ -125,10 +123,22 @@ def get_device_properties(device_name=None) -> _NPUDeviceProperties:
 
 
 def get_device_capability(device=None):
-    warnings.warn("You can set the device capability via the environment variable TORCH_NPU_DEVICE_CAPABILITY. "
-                  "The return value of get_device_capability is only for compatibility with PyTorch and does not "
-                  "represent the actual capability of the NPU device.")
-    return None
+    """``None`` unless ``TORCH_NPU_DEVICE_CAPABILITY="major.minor"`` is set (warns either way)."""
+    note = ("The return value of get_device_capability is only for compatibility with PyTorch and does not "
+            "represent the actual capability of the NPU device.")
+    env = os.getenv("TORCH_NPU_DEVICE_CAPABILITY")
+    if not env:
+        warnings.warn(f"You can set the device capability via the environment variable TORCH_NPU_DEVICE_CAPABILITY. "
+                      f"{note}")
+        return None
+    match = re.match(r"^(\d+)\.(\d+)$", env)
+    if not match:
+        warnings.warn(f"torch.npu.get_device_capability can't parse TORCH_NPU_DEVICE_CAPABILITY environment "
+                      f"variable: {env}. Expected format is 'major.minor' where major and minor are non-negative "
+                      f"integers (e.g., '8.0').")
+        return None
+    warnings.warn(note)
+    return int(match.group(1)), int(match.group(2))
 
 
 def utilization(device=None) -> int:

@@ -118,12 +118,8 @@ class ExternalEvent(_C._NPUEventBase):
         super().__init__(enable_timing=False, blocking=False, interprocess=False, graph_external=True)
 
     def reset(self, stream=None) -> None:
-        rt, state = self._live()
-        s = self._stream(stream)
-        rt.marker("event_reset", s, detail=(state.eid,))
-        state.record_stream = None
-        state.record_mark = -1
-        state.waits_since_record = 0
+        """Clear the record so the event can be reused (its stream's tasks must be done)."""
+        super().reset(stream)
 
     @property
     def _as_parameter_(self):

@@ -1,0 +1,1 @@
+"""What the plugin shows people: timelines (Chrome trace JSON) and reports."""

@@ -1,0 +1,164 @@
+"""core-limit and limit-ineffective: each rule catches its case and stays silent on the fix."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_npugraph.analysis import cores
+
+from .build import Builder, seed
+
+
+def kinds(trace, kind):
+    return [h for h in cores.find(trace) if h.kind == kind]
+
+
+def one(trace, kind):
+    found = kinds(trace, kind)
+    assert len(found) == 1, [str(h) for h in cores.find(trace)]
+    return found[0]
+
+
+# ----------------------------------------------------------------------------- range
+@pytest.mark.parametrize("cube, vector, bad", [(25, -1, "cube_num=25"), (-1, 49, "vector_num=49"),
+                                               (0, -1, "cube_num=0"), (-1, 0, "vector_num=0")])
+def test_stream_limit_outside_device_range(cube, vector, bad):
+    b = Builder()
+    s = b.stream(0, "side")
+    b.limit(s, cube, vector)
+    hazard = one(b.trace, "core-limit")
+    assert bad in hazard.message and "npu:0/side" in hazard.message
+    assert hazard.where == ["model.py:2"] and hazard.streams == ["npu:0/side"]
+
+
+@pytest.mark.parametrize("cube, vector", [(1, 1), (24, 48), (-1, -1), (12, -1)])
+def test_stream_limit_inside_range_is_silent(cube, vector):
+    b = Builder()
+    b.limit(b.stream(), cube, vector)
+    assert cores.find(b.trace) == []
+
+
+def test_device_limit_out_of_range_and_zero_on_a_chip_without_vector_cores():
+    b = Builder(devices=2)
+    b.marker("device_limit", detail=(1, 30, -1))
+    assert re.search(r"set_device_limit\(1, cube_num=30\).*\[1, 24\]", one(b.trace, "core-limit").message)
+    b = Builder(cube=20, vector=0)
+    b.limit(b.stream(), 8, 0)
+    assert cores.find(b.trace) == []
+
+
+def test_kernel_limit_without_a_marker_is_checked_once_per_stream():
+    b = Builder()
+    s = b.stream()
+    b.limits[s] = [0, 64]   # e.g. a graph-mode scope the runtime recorded only on kernels
+    b.kernel(s, "add", vector=8)
+    b.kernel(s, "mul", vector=8)
+    hazard = one(b.trace, "core-limit")
+    assert "vector limit 64 in force when add was issued" in hazard.message
+
+
+# ------------------------------------------------------------------------ k-way sum
+def three_limited_streams(ordered: bool, resident: bool = True) -> Builder:
+    b = Builder()
+    streams = [b.stream(0, f"s{i}") for i in range(3)]
+    for s in streams:
+        b.limit(s, vector=20)
+    for i, s in enumerate(streams):
+        if ordered and i:
+            b.order(streams[i - 1], s)
+        b.kernel(s, f"op{i}", vector=48, resident=resident)
+    return b
+
+
+def test_three_streams_limited_to_20_of_48_each_concurrent():
+    hazard = one(three_limited_streams(ordered=False).trace, "core-limit")
+    assert hazard.severity == "error"
+    assert "3 ops on npu:0 may run at the same time and need 60 vector cores" in hazard.message
+    assert hazard.ops == ["op0", "op1", "op2"] and len(hazard.where) == 3
+
+
+def test_three_limited_streams_ordered_by_events_are_silent():
+    assert cores.find(three_limited_streams(ordered=True).trace) == []
+
+
+def test_limited_streams_that_are_not_resident_break_only_the_docs_rule():
+    hazard = one(three_limited_streams(ordered=False, resident=False).trace, "core-limit")
+    assert hazard.severity == "warning" and "streams running at once" in hazard.message
+
+
+def test_pairs_that_fit_are_silent_even_when_a_third_would_not_overlap():
+    b = Builder()
+    a, c, d = (b.stream() for _ in range(3))
+    b.kernel(a, "rs", vector=24, resident=True)
+    b.kernel(c, "ag", vector=24, resident=True)
+    b.order(a, d)
+    b.order(c, d)
+    b.kernel(d, "nonzero", vector=48, resident=True)   # after both: never with them
+    assert cores.find(b.trace) == []
+
+
+def test_cube_pool_is_checked_too():
+    b = Builder()
+    x, y = b.stream(), b.stream()
+    b.kernel(x, "mm_allreduce", cube=16, kind="MC2", resident=True)
+    b.kernel(y, "matmul_sync", cube=16, kind="AICore", resident=True)
+    assert "need 32 cube cores" in one(b.trace, "core-limit").message
+
+
+def test_seed_scenario_oversubscribes_and_its_fix_is_clean():
+    found = kinds(seed().trace, "core-limit")
+    assert [h.message.split(": ")[0] for h in found] == [
+        "3 ops on npu:0 may run at the same time and need 88 vector cores together, but the device has 48",
+        "3 ops on npu:1 may run at the same time and need 88 vector cores together, but the device has 48"]
+    assert cores.find(seed(nonzero_limit=8).trace) == []
+    assert kinds(seed(nonzero_limit=9).trace, "core-limit")
+
+
+# ------------------------------------------------------------------ limit-ineffective
+def limited_op(kind: str, resident: bool = False, vector: int = 48, beside: bool = False) -> Builder:
+    b = Builder()
+    s = b.stream(0, "limited")
+    if beside:
+        b.kernel(b.stream(0, "other"), "matmul", vector=48)
+    b.limit(s, vector=8)
+    b.kernel(s, f"{kind.lower()}_op", kind=kind, vector=vector, resident=resident, limit_applies=False)
+    return b
+
+
+def test_aicpu_op_under_a_limit_warns_that_the_limit_is_only_misleading():
+    hazard = one(limited_op("AICPU", vector=0).trace, "limit-ineffective")
+    assert hazard.severity == "warning" and "AICPU ops run on the AI CPU" in hazard.message
+
+
+def test_resident_atb_op_under_a_limit_is_an_error_explaining_it_is_not_protected():
+    hazard = one(limited_op("ATB", resident=True).trace, "limit-ineffective")
+    assert hazard.severity == "error"
+    assert "ATB ops do not take core limits" in hazard.message
+    assert "will not stop it from starving or deadlocking" in hazard.message
+
+
+def test_static_kernel_beside_another_core_user_is_an_error():
+    hazard = one(limited_op("AIV", beside=True).trace, "limit-ineffective")
+    assert hazard.severity == "error" and "static kernel" in hazard.message
+    assert "matmul on npu:0/other" in hazard.message
+
+
+def test_limit_that_applies_or_no_limit_is_silent():
+    b = Builder()
+    s = b.stream()
+    b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False)   # no limit in force
+    b.limit(s, vector=8)
+    b.kernel(s, "swiglu", vector=48)                                    # the limit binds it
+    assert kinds(b.trace, "limit-ineffective") == []
+
+
+def test_launches_from_one_call_site_are_one_hazard():
+    b = Builder()
+    s = b.stream()
+    b.limit(s, vector=8)
+    for line in (7, 7, 7, 9):  # a loop body at line 7, then another call at line 9
+        b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False, line=line)
+    first, second = kinds(b.trace, "limit-ineffective")
+    assert "(3 launches)" in first.message and len(first.seqs) == 3 and first.where == ["model.py:7"]
+    assert "launches" not in second.message and second.where == ["model.py:9"]

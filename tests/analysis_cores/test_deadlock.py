@@ -1,0 +1,154 @@
+"""deadlock: core occupation across cards, collective order, missing peers; silent on fixes."""
+from __future__ import annotations
+
+import logging
+
+from pytest_npugraph.analysis import deadlock
+
+from .build import Builder, seed
+
+
+def deadlocks(trace):
+    return [h for h in deadlock.find(trace) if h.kind == "deadlock"]
+
+
+def test_seed_deadlock_names_the_cycle_the_sites_and_the_fix():
+    (hazard,) = deadlocks(seed().trace)
+    text = hazard.message
+    for part in ("reduce_scatter on npu:0/hccl (model.py:3)", "nonzero on npu:1/compute (model.py:8)",
+                 "holds 32 vector", "waits for its peers: reduce_scatter on npu:1/hccl",
+                 "cycle: ", "limit nonzero on npu:0/compute (model.py:5) to 8 vector cores "
+                 "(48 - 16 reduce_scatter - 24 dispatch_combine)"):
+        assert part in text, text
+    assert sorted(hazard.where) == [f"model.py:{line}" for line in range(3, 9)]
+    assert set(hazard.ops) == {"reduce_scatter", "dispatch_combine", "nonzero"}
+    assert len(hazard.streams) == 6
+
+
+def test_seed_fix_is_clean_and_one_core_more_still_cannot_deadlock():
+    assert deadlock.find(seed(nonzero_limit=8).trace) == []
+    # 9 cores: NonZero can hold at most 8 while waiting, never the 16 reduce-scatter needs;
+    # the static k-way rule (cores.py) still reports 49 > 48
+    assert deadlock.find(seed(nonzero_limit=9).trace) == []
+    assert deadlocks(seed(nonzero_limit=40).trace)
+
+
+def test_nonzero_ordered_after_the_collectives_is_clean():
+    b = Builder(devices=2)
+    for device in range(2):
+        rs, ep, nz = (b.stream(device) for _ in range(3))
+        b.collective(rs, "reduce_scatter", "tp", 0, vector=16)
+        b.collective(ep, "dispatch_combine", "ep", 0, vector=24)
+        b.order(rs, nz)
+        b.order(ep, nz)
+        b.kernel(nz, "nonzero", vector=48, resident=True)
+    assert deadlock.find(b.trace) == []
+
+
+def rank_programs(orders, streams_per_rank=1, **cores) -> Builder:
+    """Rank r issues the collectives ``orders[r]`` (op, group) in order, round-robin over its
+    streams; each group numbers its collectives per rank, as the runtime does."""
+    b = Builder(devices=len(orders))
+    for rank, order in enumerate(orders):
+        streams = [b.stream(rank, f"s{i}") for i in range(streams_per_rank)]
+        counts: dict = {}
+        for i, (op, group) in enumerate(order):
+            counts[group] = counts.get(group, 0) + 1
+            b.collective(streams[i % streams_per_rank], op, group, counts[group], **cores)
+    return b
+
+
+def test_mismatched_collective_order_within_a_group():
+    b = rank_programs([[("all_reduce", "g"), ("all_gather", "g")],
+                       [("all_gather", "g"), ("all_reduce", "g")]])
+    (hazard,) = deadlocks(b.trace)
+    assert "collective #1 of group 'g' is not the same op on every rank" in hazard.message
+    assert "all_reduce on npu:0/s0" in hazard.message and "all_gather on npu:1/s0" in hazard.message
+    first = [r for r in b.trace.records if getattr(r, "collective", None) == ("g", 1)]
+    assert deadlock.collective_mismatch(b.trace, first) is not None
+    same = rank_programs([[("all_reduce", "g")], [("all_reduce", "g")]])
+    assert deadlock.collective_mismatch(same.trace, same.trace.records[-2:]) is None
+
+
+def test_groups_in_different_orders_on_one_stream_wait_on_each_other():
+    b = rank_programs([[("all_reduce", "tp"), ("all_reduce", "dp")],
+                       [("all_reduce", "dp"), ("all_reduce", "tp")]], resident=False)
+    (hazard,) = deadlocks(b.trace)
+    cycle = hazard.message.split("cycle: ")[1].split("\n")[0]
+    assert cycle in ("all_reduce[tp#1]@npu:0/s0 -> all_reduce[tp#1]@npu:1/s0 -> all_reduce[dp#1]@npu:1/s0"
+                     " -> all_reduce[dp#1]@npu:0/s0 -> all_reduce[tp#1]@npu:0/s0",
+                     "all_reduce[dp#1]@npu:1/s0 -> all_reduce[dp#1]@npu:0/s0 -> all_reduce[tp#1]@npu:0/s0"
+                     " -> all_reduce[tp#1]@npu:1/s0 -> all_reduce[dp#1]@npu:1/s0"), cycle
+    assert "queued behind all_reduce on npu:1/s0 (model.py:5)" in hazard.message
+    assert "same order on every rank" in hazard.message
+
+
+def test_groups_in_different_orders_on_two_streams_deadlock_only_when_the_cores_do_not_fit():
+    orders = [[("all_reduce", "tp"), ("all_to_all", "ep")], [("all_to_all", "ep"), ("all_reduce", "tp")]]
+    assert deadlocks(rank_programs(orders, streams_per_rank=2, vector=32).trace)
+    assert deadlock.find(rank_programs(orders, streams_per_rank=2, vector=24).trace) == []
+
+
+def test_a_rank_that_never_issues_a_collective():
+    b = rank_programs([[("all_reduce", "tp"), ("all_reduce", "tp")], [("all_reduce", "tp")]])
+    (hazard,) = deadlocks(b.trace)
+    assert "npu:1, which never issues it" in hazard.message
+
+
+def starved(nonzero_after_tp: bool) -> Builder:
+    """npu:0: the tp collective (16 cores) and NonZero (48: it takes the other 32) can leave
+    no core for the plain op in front of the ep collective, which npu:1 needs before tp."""
+    b = Builder(devices=2)
+    tp, side, nz = (b.stream(0, name) for name in ("tp", "side", "nz"))
+    b.collective(tp, "all_reduce", "tp", 1, vector=16)
+    b.kernel(side, "add", vector=8)
+    b.collective(side, "all_to_all", "ep", 1, vector=0, resident=False)
+    if nonzero_after_tp:
+        b.order(tp, nz)
+    b.kernel(nz, "nonzero", vector=48, resident=True)
+    peer = b.stream(1, "hccl")
+    b.collective(peer, "all_to_all", "ep", 1, vector=0, resident=False)
+    b.collective(peer, "all_reduce", "tp", 1, vector=16)
+    return b
+
+
+def test_a_non_resident_op_starved_of_every_core_closes_the_cycle():
+    (hazard,) = deadlocks(starved(nonzero_after_tp=False).trace)
+    assert "add on npu:0/side (model.py:4): needs a free vector core" in hazard.message
+    assert "limit nonzero on npu:0/nz (model.py:6) to 32 vector cores (48 - 16 all_reduce)" in hazard.message
+    assert deadlock.find(starved(nonzero_after_tp=True).trace) == []
+
+
+def test_host_sync_orders_only_its_own_device():
+    """Rank 0 syncs after its all_reduce before rank 1 issued its half (``run_ranks``
+    threads): a host-global barrier would invent a deadlock here."""
+    b = Builder(devices=2)
+    s0, s1 = b.stream(0), b.stream(1)
+    b.collective(s0, "all_reduce", "tp", 1, vector=16)
+    b.sync(0)
+    b.kernel(s0, "add", vector=48)
+    b.collective(s1, "all_reduce", "tp", 1, vector=16)
+    assert deadlock.find(b.trace) == []
+
+
+def test_budget_exhausted_reports_nothing_but_logs(caplog):
+    trace = seed().trace
+    result = deadlock.explore(trace, budget=3)
+    assert not result.complete and result.stuck is None
+    with caplog.at_level(logging.WARNING, logger="pytest_npugraph.analysis.deadlock"):
+        assert deadlock.find(trace, budget=3) == []
+    assert "stopped after 3 states" in caplog.text
+
+
+def test_uncontended_pipeline_needs_no_branching():
+    """Safe steps only: the reduction turns a whole clean run into one state."""
+    b = Builder(devices=2)
+    for device in range(2):
+        main, comm = b.stream(device), b.stream(device)
+        for layer in range(20):
+            b.kernel(main, "matmul", cube=24, vector=48)
+            b.order(main, comm)
+            b.collective(comm, "all_reduce", "tp", layer, vector=16)
+            b.kernel(main, "nonzero", vector=32, resident=True)
+    assert deadlock.explore(b.trace).states == 1
+    assert deadlock.find(b.trace) == []
