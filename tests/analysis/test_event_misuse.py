@@ -1,6 +1,7 @@
 """Kind ``event-misuse``: each sub-rule of analysis/events.py catches and stays silent."""
 from __future__ import annotations
 
+from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import events
 
 from .tracebuild import Build
@@ -166,3 +167,14 @@ def test_reused_tag():
     b.event("c", tag="77")
     [h] = found(b)
     assert "tag '66'" in h.message
+
+
+def test_external_event_reset_restarts_the_count():
+    b = Build("s0", "s1", "s2")
+    b.event("ext", external=True)
+    b.record("ext", "s0")
+    b.wait("ext", "s1")
+    b.trace.append(T.Marker(b.trace.next_seq, "event_reset", b.sids["s0"], (b.eids["ext"],)))
+    b.wait("ext", "s2")   # belongs to the next record
+    b.record("ext", "s0")
+    assert found(b) == []

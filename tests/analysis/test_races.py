@@ -201,7 +201,7 @@ def test_split_segments_keep_their_history():
     b.wait("e", "s1")
     b.kernel("s1", reads=b.view("a", 16, 64))
     [h] = found(b)
-    assert h.seqs[0] == w and "overlapping in bytes [0, 16)" in h.message
+    assert h.seqs[0] == w and "overlapping in its bytes [0, 16)" in h.message
 
 
 def test_other_device_same_addresses_do_not_conflict():

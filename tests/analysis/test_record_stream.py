@@ -1,6 +1,8 @@
 """Kind ``missing-record-stream``: the NPU sanitizer's matrix (anchors §1.10) and beyond."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_npugraph.analysis import races, record_stream
@@ -255,3 +257,20 @@ def test_rule_and_actual_reuse_merge_into_one_report():
     b.kernel("third", writes="y")    # and the race engine sees the actual reuse
     [h] = missing(b)
     assert "reuse it for" in h.message
+
+
+def test_graph_pool_memory_is_not_guarded_by_record_stream():
+    """Pool memory returns to later captures, not to the allocation stream: replays that
+    overlap are races, and no record_stream report is made."""
+    b = Build("capture", "side")
+    b.alloc("static", stream="capture")
+    info = b.trace.blocks[b.bids["static"]]
+    b.trace.blocks[info.bid] = replace(info, pool="(1, 0)")
+    b.kernel("side", reads="static")
+    b.free("static")
+    b.alloc("next", stream="capture", reuses="static")
+    b.trace.blocks[b.bids["next"]] = replace(b.trace.blocks[b.bids["next"]], pool="(1, 0)")
+    b.kernel("capture", writes="next")
+    assert missing(b) == []
+    [h] = races.find(b.trace)
+    assert "graph pool (1, 0)" in h.message

@@ -38,9 +38,11 @@ arrived flags)`` with a visited set and two reductions that keep every deadlock:
   largest resident demand of each other stream that may overlap them fit the pool, and the
   same holds for every op they may overlap), so no order of them matters;
 * the remaining steps are only interleaved within one *cluster* of devices: a device plus
-  every device its stream heads wait on (collective peers, cross-device events).  Steps of
-  other devices are independent of it until one of its heads waits on them (a persistent
-  set, Godefroid 1996), and the state graph is acyclic, so no deadlock is lost.
+  every device its stream heads wait on (the peers of an arrived collective, cross-device
+  prerequisites), transitively.  Until one of its heads waits on them, steps of other
+  devices touch none of its state, so its enabled steps form a persistent set (Godefroid
+  1996); the smallest cluster's steps are explored.  The state graph is acyclic (every
+  step makes progress), so no deadlock is lost.
 
 The search stops at the first deadlock, or after ``budget`` distinct states: then ``find``
 reports nothing and logs a warning on ``pytest_npugraph.analysis.deadlock``;
@@ -138,14 +140,14 @@ def _unique(items) -> list:
 
 # ------------------------------------------------------------------------- search
 class Search:
-    """The transition system of one task graph, and the reduced depth-first search."""
+    """The transition system of one task graph, and the reduced breadth-first search."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.g = graph
         self.lanes = [[graph.tasks[t] for t in tids] for tids in graph.lanes]
         self.dev_lanes = graph.device_lanes
 
-    # -- state helpers (positions and held are lists while a step is applied)
+    # -- state helpers (positions and held are tuples, or lists while a step is applied)
     def head(self, pos, lane) -> Optional[Task]:
         tasks = self.lanes[lane]
         return tasks[pos[lane]] if pos[lane] < len(tasks) else None
@@ -172,36 +174,36 @@ class Search:
                 return False
         return True
 
-    # -- steps (mutate pos/held lists; return whether the step was enabled)
-    def step(self, pos, held, lane) -> bool:
+    # -- steps
+    def next(self, pos, held, lane) -> Optional[tuple]:
+        """The lane's (position, held) after its head's step, or None if it cannot step."""
         t = self.head(pos, lane)
         if t is None or not all(self.done(pos, d) for d in t.deps):
-            return False
+            return None
         if t.kernel is None:
-            pos[lane] += 1
-            return True
+            return pos[lane] + 1, EMPTY
         c, v, arrived = held[lane]
         if arrived:
-            return False  # waits for its collective peers
+            return None  # waits for its collective peers
         need = t.need
         if need != (0, 0):
             free = self.free(held, self.g.device(t))
             if t.resident:
                 take_c, take_v = min(free[CUBE], need[CUBE] - c), min(free[VECTOR], need[VECTOR] - v)
                 if take_c <= 0 and take_v <= 0:
-                    return False
+                    return None
                 c, v = c + max(take_c, 0), v + max(take_v, 0)
                 if (c, v) != need:
-                    held[lane] = (c, v, False)
-                    return True
+                    return pos[lane], (c, v, False)
             elif any(need[k] and free[k] < 1 for k in TYPES):
-                return False
-        if t.collective is not None:
-            held[lane] = (c, v, True)
-        else:
-            pos[lane] += 1
-            held[lane] = EMPTY
-        return True
+                return None
+        return (pos[lane], (c, v, True)) if t.collective is not None else (pos[lane] + 1, EMPTY)
+
+    def step(self, pos, held, lane) -> bool:
+        moved = self.next(pos, held, lane)
+        if moved is not None:
+            pos[lane], held[lane] = moved
+        return moved is not None
 
     def complete(self, pos, held, key) -> bool:
         if not self.peers_ready(pos, held, key):
@@ -218,7 +220,8 @@ class Search:
 
     # -- reductions
     def settle(self, pos, held) -> tuple:
-        """Run every safe step until none is enabled (their order does not matter)."""
+        """Run every safe step until none is enabled (their order does not matter), and
+        return the canonical form of the state reached."""
         pos, held = list(pos), list(held)
         progress = True
         while progress:
@@ -226,18 +229,44 @@ class Search:
             for lane in range(len(self.lanes)):
                 while True:
                     t = self.head(pos, lane)
-                    if t is None or not self.safe[t.tid] or not self.step(pos, held, lane):
+                    if (t is None or not (self.safe[t.tid] or self.uncontested(pos, held, t))
+                            or not self.step(pos, held, lane)):
                         break
                     progress = True
             for key in self.arrived_keys(pos, held):
                 if self.safe[key] and self.complete(pos, held, key):
                     progress = True
+        return self.canonical(pos, held)
+
+    def uncontested(self, pos, held, t: Task) -> bool:
+        """Every op that may still overlap ``t`` on a pool ``t`` still wants is an arrived
+        collective: nothing can take those cores before ``t`` (others only free them), so
+        its step cannot be disabled and no order matters."""
+        for k in TYPES:
+            if t.need[k] <= (held[t.lane][k] if t.resident else 0):
+                continue
+            for lane, lo, hi in self.windows[t.tid]:
+                first = max(lo, pos[lane])
+                users = self._users[lane, k]
+                count = users[hi] - users[first] if first < hi else 0
+                if count and not (count == 1 and first == pos[lane] and held[lane][2]
+                                  and self.lanes[lane][first].need[k]):
+                    return False
+        return True
+
+    def canonical(self, pos, held) -> tuple:
+        """Interchangeable devices (``orbits``) sorted by their own part of the state."""
+        for orbit in self.orbits:
+            parts = sorted(tuple((pos[ln], held[ln]) for ln in lanes) for lanes in orbit)
+            for lanes, part in zip(orbit, parts):
+                for ln, (p, h) in zip(lanes, part):
+                    pos[ln], held[ln] = p, h
         return tuple(pos), tuple(held)
 
     def enabled(self, pos, held) -> list:
         """The steps (``("lane", i)`` / ``("key", k)``) enabled in a settled state."""
         steps = [("lane", lane) for lane in range(len(self.lanes))
-                 if self.step(list(pos), list(held), lane)]
+                 if self.next(pos, held, lane) is not None]
         steps += [("key", key) for key in self.arrived_keys(pos, held)
                   if self.peers_ready(pos, held, key)]
         return steps
@@ -248,8 +277,10 @@ class Search:
             return {self.g.lane_device[what]}
         return {self.g.device(self.g.tasks[t]) for t in self.g.collectives[what]}
 
-    def cluster(self, pos, device) -> set:
-        """``device`` and every device its stream heads (transitively) wait on."""
+    def cluster(self, pos, held, device) -> set:
+        """``device`` and every device its stream heads (transitively) wait on: the devices
+        of unfinished prerequisites, and the peers of collectives that have arrived (one that
+        has not arrived cannot complete without a step of its own device)."""
         cluster, work = {device}, [device]
         while work:
             for lane in self.dev_lanes[work.pop()]:
@@ -257,7 +288,7 @@ class Search:
                 if t is None:
                     continue
                 wanted = {self.g.device(self.g.tasks[d]) for d in t.deps if not self.done(pos, d)}
-                if t.collective is not None:
+                if held[lane][2]:
                     wanted |= self.g.members[t.collective[0]]
                     wanted |= self.devices(("key", t.collective))
                 for dev in wanted - cluster:
@@ -265,10 +296,10 @@ class Search:
                     work.append(dev)
         return cluster
 
-    def persistent(self, pos, steps) -> list:
+    def persistent(self, pos, held, steps) -> list:
         best = steps
         for device in {d for s in steps for d in self.devices(s)}:
-            cluster = self.cluster(pos, device)
+            cluster = self.cluster(pos, held, device)
             chosen = [s for s in steps if self.devices(s) & cluster]
             if len(chosen) < len(best):
                 best = chosen
@@ -290,7 +321,7 @@ class Search:
                 if any(self.head(state[0], lane) is not None for lane in range(len(self.lanes))):
                     return Exploration(len(visited), True, state)
                 continue
-            for step in self.persistent(state[0], steps):
+            for step in self.persistent(*state, steps):
                 nxt = self.apply(state, step)
                 if nxt not in visited:
                     if len(visited) >= budget:
@@ -299,7 +330,48 @@ class Search:
                     queue.append(nxt)
         return Exploration(len(visited), True)
 
-    # -- what may overlap an op on its device
+    # -- static facts about the task graph, computed once
+    @cached_property
+    def windows(self) -> list:
+        """``tid -> [(lane, lo, hi)]``: what may overlap it on the other streams of its device."""
+        return [list(self.g.overlapping(t)) if t.need != (0, 0) else [] for t in self.g.tasks]
+
+    @cached_property
+    def _users(self) -> dict:
+        """``(lane, k) -> prefix counts`` of the lane's ops that use pool ``k``."""
+        return self._prefix_counts(lambda t, k: t.need[k] > 0)
+
+    def _prefix_counts(self, predicate) -> dict:
+        out = {}
+        for lane, tasks in enumerate(self.lanes):
+            for k in TYPES:
+                counts = [0]
+                for t in tasks:
+                    counts.append(counts[-1] + bool(predicate(t, k)))
+                out[lane, k] = counts
+        return out
+
+    @cached_property
+    def orbits(self) -> list:
+        """Groups of devices that are interchangeable: the same pools and, stream by stream,
+        the same tasks (needs, residency, collective keys, local prerequisites).  Swapping
+        two of them maps every schedule to a schedule, so states equal up to such swaps are
+        explored once (SPMD ranks are the common case)."""
+        groups: dict = {}
+        for device, lanes in sorted(self.dev_lanes.items()):
+            local = {lane: i for i, lane in enumerate(lanes)}
+
+            def prerequisite(tid: int) -> tuple:
+                t = self.g.tasks[tid]
+                return ("local", local[t.lane], t.pos) if t.lane in local else ("remote", tid)
+
+            signature = (self.g.pools[device], tuple(
+                tuple((type(t.rec).__name__, t.need, t.resident, t.collective,
+                       tuple(map(prerequisite, t.deps))) for t in self.lanes[lane])
+                for lane in lanes))
+            groups.setdefault(signature, []).append(lanes)
+        return [orbit for orbit in groups.values() if len(orbit) > 1]
+
     @cached_property
     def _resident_max(self) -> dict:
         return {(lane, k): RangeMax([t.need[k] if t.resident else 0 for t in tasks])
@@ -308,18 +380,17 @@ class Search:
     def overlap_demand(self, t: Task, k: int) -> int:
         """At most how many cores of pool ``k`` other streams' resident ops hold while ``t``
         is in flight: the largest such demand per stream, summed."""
-        return sum(self._resident_max[lane, k](lo, hi) for lane, lo, hi in self.g.overlapping(t))
+        return sum(self._resident_max[lane, k](lo, hi) for lane, lo, hi in self.windows[t.tid])
 
     def overlap_peaks(self, t: Task, k: int) -> list:
         """The ops behind ``overlap_demand``: per other stream, its largest overlapping one."""
         peaks = []
-        for lane, lo, hi in self.g.overlapping(t):
+        for lane, lo, hi in self.windows[t.tid]:
             window = [u for u in self.lanes[lane][lo:hi] if u.resident and u.need[k]]
             if window:
                 peaks.append(max(window, key=lambda u: u.need[k]))
         return peaks
 
-    # -- which steps are safe (computed once, from the task graph)
     @cached_property
     def safe(self) -> dict:
         """``tid -> bool`` for stream steps and ``(group, seq) -> bool`` for completions.
@@ -331,7 +402,6 @@ class Search:
         freeing cores, changes what others get, so it is safe only if every op it may
         overlap on the pools it uses fits too (``quiet``)."""
         g = self.g
-        short_before = {}
 
         def fits(t: Task) -> bool:
             pool = g.pool(t)
@@ -339,16 +409,11 @@ class Search:
                        for k in TYPES if t.need[k])
 
         fit = {t.tid: fits(t) for t in g.tasks}
-        for lane, tasks in enumerate(self.lanes):
-            for k in TYPES:
-                counts = [0]
-                for t in tasks:
-                    counts.append(counts[-1] + (1 if t.need[k] and not fit[t.tid] else 0))
-                short_before[lane, k] = counts
+        short_before = self._prefix_counts(lambda t, k: t.need[k] and not fit[t.tid])
 
         def quiet(t: Task) -> bool:
             return all(short_before[lane, k][hi] == short_before[lane, k][lo]
-                       for lane, lo, hi in g.overlapping(t) for k in TYPES if t.need[k])
+                       for lane, lo, hi in self.windows[t.tid] for k in TYPES if t.need[k])
 
         safe: dict = {}
         for t in g.tasks:

@@ -13,7 +13,8 @@ Sub-rules, each silent on correct code:
     scopes, so this is user streams/events).
 (c) cross-device record: an event recorded on a stream of another device than its earlier
     records (an event belongs to the device of its first record).
-(d) ``ExternalEvent`` waited twice for one record: the runtime rejects a second wait
+(d) ``ExternalEvent`` waited twice for one record (counted from its latest record or
+    ``reset()``, ``Marker("event_reset", detail=(eid,))``): the runtime rejects a second wait
     ("A single record operation cannot be associated with multiple wait operations").
 (e) tag reused: two tagged events with the same tag (tags are process-unique in torchair).
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from ..hazard import Hazard
 from ..trace import EventRecord, EventWait, HostSync, Kernel, Marker
-from . import happens_before, report
+from . import describe, happens_before
 
 KIND = "event-misuse"
 
@@ -32,30 +33,28 @@ def find(trace, cache: dict | None = None) -> list:
     found: dict = {}
     hb = None
     record_device: dict = {}   # eid -> device of its first record
-    waits: dict = {}           # external eid -> waits since its latest record
+    waits: dict = {}           # eid -> waits since its latest record
     captures: dict = {}        # capture stream sid -> _Capture
     for rec in trace.records:
         cls = type(rec)
-        if cls is Kernel:
+        if cls is Kernel or cls is EventRecord or cls is EventWait:
             if captures:
                 _note_work(trace, captures, rec)
-        elif cls is EventRecord:
-            if captures:
-                _note_work(trace, captures, rec)
-            _check_device(trace, found, record_device, rec)
-            waits[rec.event] = 0
-        elif cls is EventWait:
-            if captures:
-                _note_work(trace, captures, rec)
-            if rec.event not in record_device:
-                _never_recorded(trace, found, rec, "waits")
-            elif rec.event in waits and _external(trace, rec.event):
-                waits[rec.event] += 1
-                if waits[rec.event] == 2:
-                    _twice(trace, found, rec)
+            if cls is EventRecord:
+                _check_device(trace, found, record_device, rec)
+                waits[rec.event] = 0
+            elif cls is EventWait:
+                if rec.event not in record_device:
+                    _never_recorded(trace, found, rec, "waits")
+                elif _external(trace, rec.event):
+                    waits[rec.event] = waits.get(rec.event, 0) + 1
+                    if waits[rec.event] == 2:
+                        _twice(trace, found, rec)
         elif cls is HostSync:
             if rec.what == "event" and rec.event is not None and rec.event not in record_device:
                 _never_recorded(trace, found, rec, "synchronizes")
+        elif cls is Marker and rec.what == "event_reset" and rec.detail:
+            waits[rec.detail[0]] = 0   # the next wait belongs to the next record
         elif cls is Marker and rec.stream is not None:
             if rec.what == "capture_begin":
                 captures[rec.stream] = _Capture(rec)
@@ -68,9 +67,9 @@ def find(trace, cache: dict | None = None) -> list:
 
 def _add(found, key, trace, message, records, streams=()) -> None:
     if key not in found:
-        where = [report.site(r) for r in records if report.known(r)]
+        where = [describe.site(r) for r in records if describe.known(r)]
         ops = [r.op for r in records if isinstance(r, Kernel)]
-        found[key] = Hazard(KIND, message, where, [report.stream(trace, s) for s in streams], ops,
+        found[key] = Hazard(KIND, message, where, [describe.stream(trace, s) for s in streams], ops,
                             tuple(r.seq for r in records if hasattr(r, "seq")))
 
 
@@ -78,7 +77,7 @@ def _event(trace, eid) -> str:
     info = trace.events.get(eid)
     if info is None:
         return f"event #{eid}"
-    created = f" (created at {info.site})" if report.known(info) else ""
+    created = f" (created at {info.site})" if describe.known(info) else ""
     return f"{info.label}{created}"
 
 
@@ -91,12 +90,12 @@ def _external(trace, eid) -> bool:
 def _never_recorded(trace, found, rec, verb) -> None:
     if _external(trace, rec.event):
         return
-    who = report.stream(trace, rec.stream) if verb == "waits" else "the host"
+    who = describe.stream(trace, rec.stream) if verb == "waits" else "the host"
     _add(found, ("never-recorded", rec.event, rec.site), trace,
-         f"event-misuse: {who} {verb} at {report.site(rec)} on {_event(trace, rec.event)}, which was "
+         f"event-misuse: {who} {verb} at {describe.site(rec)} on {_event(trace, rec.event)}, which was "
          f"never recorded before: the call is a no-op and orders nothing. Fix: record the event "
          f"(`event.record(stream)`) on the producing stream after the work to wait for and before line "
-         f"{report.site(rec)}, or remove the call.",
+         f"{describe.site(rec)}, or remove the call.",
          [rec], [rec.stream] if verb == "waits" else [])
 
 
@@ -107,7 +106,7 @@ def _check_device(trace, found, record_device, rec) -> None:
     if device is not None and first is not None and device != first:
         _add(found, ("cross-device", rec.event, rec.site), trace,
              f"event-misuse: {_event(trace, rec.event)} belongs to npu:{first} (its first record) but "
-             f"is recorded at {report.site(rec)} on {report.stream(trace, rec.stream)} of npu:{device}. "
+             f"is recorded at {describe.site(rec)} on {describe.stream(trace, rec.stream)} of npu:{device}. "
              f"Fix: use one event per device (create a new event for npu:{device}).",
              [rec], [rec.stream])
 
@@ -115,7 +114,7 @@ def _check_device(trace, found, record_device, rec) -> None:
 def _twice(trace, found, rec) -> None:
     _add(found, ("external-twice", rec.event, rec.site), trace,
          f"event-misuse: {_event(trace, rec.event)} is an ExternalEvent waited a second time for one "
-         f"record at {report.site(rec)} on {report.stream(trace, rec.stream)}; torch_npu rejects this "
+         f"record at {describe.site(rec)} on {describe.stream(trace, rec.stream)}; torch_npu rejects this "
          f"(\"A single record operation cannot be associated with multiple wait operations\"). "
          f"Fix: record the event again (after `reset()`) before each wait.",
          [rec], [rec.stream])
@@ -149,14 +148,14 @@ def _check_join(trace, found, hb, cap, end) -> None:
     for sid, last in cap.last.items():
         if own is not None and hb.ordered(last.seq, own.seq):
             continue
-        side, capture = report.stream(trace, sid), report.stream(trace, end.stream)
-        ends = f" at {report.site(end)}" if report.known(end) else ""
+        side, capture = describe.stream(trace, sid), describe.stream(trace, end.stream)
+        ends = f" at {describe.site(end)}" if describe.known(end) else ""
         what = f"{last.op} " if isinstance(last, Kernel) else ""
         _add(found, ("unjoined", end.stream, sid, last.site), trace,
              f"event-misuse: {side} got work during the graph capture on {capture} (last: {what}at "
-             f"{report.site(last)}) but {capture} did not wait for it before the capture ended{ends}: "
+             f"{describe.site(last)}) but {capture} did not wait for it before the capture ended{ends}: "
              f"a side stream must be joined back before the end of capture. Fix: record an event on "
-             f"{side} after line {report.site(last)} and wait for it on {capture} before the capture "
+             f"{side} after line {describe.site(last)} and wait for it on {capture} before the capture "
              f"ends (`{capture}.wait_stream({side})`).",
              [last, end], [sid, end.stream])
 

@@ -158,8 +158,7 @@ class HappensBefore:
             if cls is HostSync:
                 learned = self._sync_clock(rec, index, device_of, events, completed)
             elif cls is RecordStream:
-                if rec.block not in covers:
-                    recorded.setdefault(rec.block, set()).add(rec.stream)
+                recorded.setdefault(rec.block, set()).add(rec.stream)
             elif cls is Free:
                 info = self.trace.blocks.get(rec.block)
                 owner = info.stream if info is not None else None
@@ -182,7 +181,8 @@ class HappensBefore:
         if rec.what in ("stream", "read") and rec.stream is not None:
             i = index.get(rec.stream)
             return None if i is None else completed(i)
-        # "device", or a stream sync that names no stream: the whole device
+        if rec.what not in ("device", "stream", "read"):
+            return None  # an unknown kind of sync: assume it orders nothing
         streams = [i for i, d in device_of.items() if d == rec.device]
         return _fold(completed(i) for i in streams) if streams else None
 
@@ -194,12 +194,17 @@ def _fold(clocks) -> tuple:
     return result
 
 
-def of(trace, cache: dict | None = None) -> HappensBefore:
-    """The ``HappensBefore`` of ``trace``, computed once per ``cache`` (a dict that
-    ``analysis.analyze`` shares between analyses of one trace)."""
+def memo(cache: dict | None, name: str, trace, compute):
+    """``compute(trace)``, once per ``cache`` (the dict ``analysis.analyze`` shares between the
+    analyses of one trace) while ``trace`` keeps its length; always fresh without a cache."""
     if cache is None:
-        return HappensBefore(trace)
-    hb = cache.get("happens_before")
-    if hb is None or hb.trace is not trace or len(hb.clocks) != len(trace.records):
-        hb = cache["happens_before"] = HappensBefore(trace)
-    return hb
+        return compute(trace)
+    hit = cache.get(name)
+    if hit is None or hit[0] is not trace or hit[1] != len(trace.records):
+        hit = cache[name] = (trace, len(trace.records), compute(trace))
+    return hit[2]
+
+
+def of(trace, cache: dict | None = None) -> HappensBefore:
+    """The shared ``HappensBefore`` of ``trace`` (see ``memo``)."""
+    return memo(cache, "happens_before", trace, HappensBefore)

@@ -17,7 +17,7 @@ tensor still pending when the memory's new owner touches it is a conflict.  Such
 classified ``missing-record-stream`` when the old use ran on a stream other than the old
 block's allocation stream without ``record_stream`` to it (``record_stream`` module reports
 it); when it had ``record_stream``, the allocator keeps the address until that use is done,
-so there is no hazard; otherwise it is a plain race.
+so there is no hazard; otherwise (also for graph-pool memory) it is a plain race.
 
 Reports are deduplicated per (blocks, {(stream, site)} of both sides): a weight read
 20,000 times and then written once without synchronisation is one report.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..hazard import Hazard
 from ..trace import Free, Kernel, RecordStream, Span
-from . import happens_before, report
+from . import describe, happens_before
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,78 +51,120 @@ class Conflict:
 
 
 class _Segment:
-    __slots__ = ("lo", "hi", "reads", "writes")
+    __slots__ = ("lo", "hi", "reads", "writes", "keys")
 
     def __init__(self, lo, hi, reads, writes):
         self.lo, self.hi, self.reads, self.writes = lo, hi, reads, writes
+        self.keys = []  # Shadow cover-cache keys listing this segment
+
+
+class _Line:
+    """One device's segments in address order, as short sorted runs: an insert moves a few
+    hundred entries instead of every segment after it (a flat list made the pass quadratic)."""
+
+    RUN = 256
+
+    def __init__(self) -> None:
+        self.heads: list = []   # first start of each run
+        self.starts: list = []  # per run: sorted segment starts
+        self.segs: list = []    # per run: the segments
+
+    def find(self, pos):
+        """The segment containing ``pos``, else the first one after it, else None."""
+        if not self.heads:
+            return None
+        r = max(bisect_right(self.heads, pos) - 1, 0)
+        starts, segs = self.starts[r], self.segs[r]
+        i = bisect_right(starts, pos) - 1
+        if i >= 0 and segs[i].hi > pos:
+            return segs[i]
+        if i + 1 < len(segs):
+            return segs[i + 1]
+        return self.segs[r + 1][0] if r + 1 < len(self.heads) else None
+
+    def insert(self, seg) -> None:
+        if not self.heads:
+            self.heads.append(seg.lo)
+            self.starts.append([seg.lo])
+            self.segs.append([seg])
+            return
+        r = max(bisect_right(self.heads, seg.lo) - 1, 0)
+        starts, segs = self.starts[r], self.segs[r]
+        i = bisect_right(starts, seg.lo)
+        starts.insert(i, seg.lo)
+        segs.insert(i, seg)
+        self.heads[r] = starts[0]
+        if len(starts) > 2 * self.RUN:
+            self.heads.insert(r + 1, starts[self.RUN])
+            self.starts.insert(r + 1, starts[self.RUN:])
+            self.segs.insert(r + 1, segs[self.RUN:])
+            del starts[self.RUN:], segs[self.RUN:]
+
+    def split(self, seg, at):
+        """Cut ``seg`` at ``at``; both halves keep its history. Returns the right half."""
+        right = _Segment(at, seg.hi, dict(seg.reads), dict(seg.writes))
+        seg.hi = at
+        self.insert(right)
+        return right
 
 
 class Shadow:
-    """Disjoint byte segments per device, each with per-stream last read/write entries."""
+    """Disjoint byte segments per device, each with per-stream last read/write entries.
+
+    ``covers`` caches, per ``(device, lo, hi)``, the segments of that range; cutting a
+    segment drops the cached ranges that list it.  The hot loop reads ``covers`` directly and
+    calls ``cover`` only on a miss.
+    """
 
     def __init__(self) -> None:
-        self._starts: dict = {}  # device -> sorted segment starts
-        self._segs: dict = {}    # device -> segments, parallel to _starts
-        self._exact: dict = {}   # (device, lo, hi) -> the one segment that is exactly that range
+        self._lines: dict = {}  # device -> _Line
+        self.covers: dict = {}  # (device, lo, hi) -> tuple of segments
 
-    def cover(self, span: Span):
+    def cover(self, span: Span) -> tuple:
         """The segments making up ``span``'s bytes, cutting and creating them as needed."""
         key = (span.device, span.lo, span.hi)
-        seg = self._exact.get(key)
-        if seg is not None and seg.hi == span.hi:  # a split only ever lowers ``hi``
-            return (seg,)
-        segs = self._refine(span.device, span.lo, span.hi)
-        if len(segs) == 1:
-            self._exact[key] = segs[0]
+        segs = self.covers.get(key)
+        if segs is None:
+            line = self._lines.get(span.device)
+            if line is None:
+                line = self._lines[span.device] = _Line()
+            segs = self.covers[key] = tuple(self._refine(line, span.lo, span.hi))
+            for seg in segs:
+                seg.keys.append(key)
         return segs
 
-    def _refine(self, device, lo, hi) -> list:
-        starts = self._starts.setdefault(device, [])
-        segs = self._segs.setdefault(device, [])
-        k = bisect_right(starts, lo) - 1
-        if k >= 0 and starts[k] < lo < segs[k].hi:
-            self._split(starts, segs, k, lo)
-            k += 1
-        elif k < 0 or starts[k] != lo:
-            k += 1
+    def _split(self, line: _Line, seg, at):
+        for key in seg.keys:
+            self.covers.pop(key, None)
+        seg.keys = []
+        return line.split(seg, at)
+
+    def _refine(self, line: _Line, lo: int, hi: int) -> list:
         out, pos = [], lo
         while pos < hi:
-            if k < len(segs) and starts[k] == pos:
-                seg = segs[k]
+            seg = line.find(pos)
+            if seg is not None and seg.lo <= pos:
+                if seg.lo < pos:
+                    seg = self._split(line, seg, pos)
                 if seg.hi > hi:
-                    self._split(starts, segs, k, hi)
+                    self._split(line, seg, hi)
             else:
-                end = min(hi, starts[k]) if k < len(segs) else hi
-                seg = _Segment(pos, end, {}, {})
-                starts.insert(k, pos)
-                segs.insert(k, seg)
+                seg = _Segment(pos, hi if seg is None else min(hi, seg.lo), {}, {})
+                line.insert(seg)
             out.append(seg)
             pos = seg.hi
-            k += 1
         return out
-
-    @staticmethod
-    def _split(starts, segs, k, at) -> None:
-        seg = segs[k]
-        right = _Segment(at, seg.hi, dict(seg.reads), dict(seg.writes))
-        seg.hi = at
-        starts.insert(k + 1, at)
-        segs.insert(k + 1, right)
 
 
 def conflicts(trace, cache: dict | None = None) -> list:
     """Every unordered conflicting pair, deduplicated (see module doc); memoized in ``cache``."""
-    if cache is not None and cache.get("races.trace") is trace and cache.get("races.len") == len(trace.records):
-        return cache["races.conflicts"]
-    found = _scan(trace, happens_before.of(trace, cache))
-    if cache is not None:
-        cache.update({"races.trace": trace, "races.len": len(trace.records), "races.conflicts": found})
-    return found
+    return happens_before.memo(cache, "races.conflicts", trace,
+                               lambda t: _scan(t, happens_before.of(t, cache)))
 
 
 def _scan(trace, hb) -> list:
     shadow = Shadow()
-    cover = shadow.cover
+    cover, covers = shadow.cover, shadow.covers
     index, clocks, blocks = hb.index, hb.clocks, trace.blocks
     freed: dict = {}     # bid -> Free
     recorded: dict = {}  # bid -> sids given to record_stream before the free
@@ -134,7 +176,7 @@ def _scan(trace, hb) -> list:
         if old != span.block and old in freed:
             free = freed[old]
             info = blocks.get(old)
-            if info is not None and info.stream != a.stream:
+            if info is not None and info.pool is None and info.stream != a.stream:
                 if a.stream in recorded.get(old, ()):
                     return  # the allocator held the address until this use was done
                 kind = "missing-record-stream"
@@ -151,7 +193,7 @@ def _scan(trace, hb) -> list:
             c = clocks[pos]
             for span in rec.writes:
                 entry = (rec.seq, rec, span)
-                for seg in cover(span):
+                for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
                     reads, writes = seg.reads, seg.writes
                     for t, w in writes.items():
                         if t != s:
@@ -167,7 +209,7 @@ def _scan(trace, hb) -> list:
                     writes[s] = entry
             for span in rec.reads:
                 entry = (rec.seq, rec, span)
-                for seg in cover(span):
+                for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
                     own = seg.writes.get(s) if rec.writes else None
                     if own is None or own[0] != rec.seq:  # else already checked as this kernel's write
                         for t, w in seg.writes.items():
@@ -191,21 +233,19 @@ def memory(trace, c: Conflict) -> str:
     lo, hi = c.overlap
     old, new = c.earlier_span.block, c.later_span.block
     if old == new:
-        info = trace.blocks.get(old)
-        whole = info is not None and (info.lo, info.hi) == (lo, hi)
-        return report.tensor(trace, old) + ("" if whole else f", overlapping in bytes [{lo}, {hi})")
-    freed = f", freed at {report.site(c.freed)}," if c.freed is not None and report.known(c.freed) else ""
-    return (f"memory that changed owner: {report.tensor(trace, old)}{freed} and then "
-            f"{report.tensor(trace, new)}, overlapping in bytes [{lo}, {hi})")
+        return describe.tensor(trace, old) + describe.overlap(trace, old, lo, hi)
+    freed = f", freed at {describe.site(c.freed)}," if c.freed is not None and describe.known(c.freed) else ""
+    return (f"memory that changed owner: {describe.tensor(trace, old)}{freed} and then "
+            f"{describe.tensor(trace, new)}{describe.overlap(trace, new, lo, hi)}")
 
 
 def _hazard(trace, c: Conflict) -> Hazard:
     a, x = c.earlier, c.later
     doing = "writing" if c.earlier_writes else "reading"
     message = (
-        f"race on {memory(trace, c)}: {report.access(trace, x, c.later_writes)}, while "
-        f"{report.stream(trace, a.stream)} may still be {doing} it in {a.op} at {report.site(a)}; "
+        f"race on {memory(trace, c)}: {describe.access(trace, x, c.later_writes)}, while "
+        f"{describe.stream(trace, a.stream)} may still be {doing} it in {a.op} at {describe.site(a)}; "
         f"nothing orders the two (no event record/wait, wait_stream or synchronize in between). "
-        f"Fix: {report.order_fix(trace, a, x)}.")
-    return Hazard("race", message, [report.site(a), report.site(x)],
-                  [report.stream(trace, a.stream), report.stream(trace, x.stream)], [a.op, x.op], (a.seq, x.seq))
+        f"Fix: {describe.order_fix(trace, a, x)}.")
+    return Hazard("race", message, [describe.site(a), describe.site(x)],
+                  [describe.stream(trace, a.stream), describe.stream(trace, x.stream)], [a.op, x.op], (a.seq, x.seq))

@@ -17,6 +17,10 @@ It also reports the actual reuse the race engine sees (``races.Conflict`` of thi
 the memory's new owner, on any stream, touching it while the old use on B may still run.
 One report per (block, use stream); when the allocator did hand the address to a new
 tensor (``Alloc.reuses``) the report names that tensor and its first write.
+
+Graph-pool blocks (``BlockInfo.pool``) are out of scope: their memory goes back to later
+captures into the pool, not to the allocation stream, and ``record_stream`` does not guard it
+(overlapping replays are races; outputs overwritten by a replay are ``output-overwrite``).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 from ..hazard import Hazard
 from ..trace import Alloc, Free, Kernel, RecordStream
-from . import happens_before, races, report
+from . import describe, happens_before, races
 
 KIND = "missing-record-stream"
 
@@ -57,7 +61,7 @@ def find(trace, cache: dict | None = None) -> list:
 
 def _scan(trace, hb):
     """Rule pass: ``{(X, B): Finding}`` and the first write of each block that reused an address."""
-    alloc_stream = {bid: info.stream for bid, info in trace.blocks.items()}
+    alloc_stream = {bid: info.stream for bid, info in trace.blocks.items() if info.pool is None}
     uses: dict = {}         # bid -> {sid: last Kernel using it there}, other streams only
     recorded: dict = {}     # bid -> sids given to record_stream
     pending: dict = {}      # sid A -> [(X, B, use, Free)] waiting for A's next kernel
@@ -108,26 +112,26 @@ def _scan(trace, hb):
 
 
 def _hazard(trace, f: Finding) -> Hazard:
-    b, a = report.stream(trace, f.use.stream), report.stream(trace, f.work.stream)
-    freed_at = f" at {report.site(f.free)}" if f.free is not None and report.known(f.free) else ""
+    b, a = describe.stream(trace, f.use.stream), describe.stream(trace, f.work.stream)
+    freed_at = f" at {describe.site(f.free)}" if describe.known(f.free) else ""
     parts = [
-        f"missing-record-stream on {report.tensor(trace, f.block)}: it was used on {b} by {f.use.op} "
-        f"at {report.site(f.use)}, then freed{freed_at} without `record_stream({b})`, and {a} went on "
-        f"with {f.work.op} at {report.site(f.work)}, which is not ordered after that use, so the caching "
+        f"missing-record-stream on {describe.tensor(trace, f.block)}: it was used on {b} by {f.use.op} "
+        f"at {describe.site(f.use)}, then freed{freed_at} without `record_stream({b})`, and {a} went on "
+        f"with {f.work.op} at {describe.site(f.work)}, which is not ordered after that use, so the caching "
         f"allocator may give the memory to a new tensor while {b} is still using it."]
-    where = [report.site(f.use)] + ([report.site(f.free)] if freed_at else []) + [report.site(f.work)]
-    seqs = [f.use.seq] + ([f.free.seq] if f.free is not None else []) + [f.work.seq]
+    where = [describe.site(f.use)] + ([describe.site(f.free)] if freed_at else []) + [describe.site(f.work)]
+    seqs = [f.use.seq, f.free.seq, f.work.seq]
     if f.new_block is not None:
         written = ""
         if f.new_write is not None:
-            written = (f", first written by {f.new_write.op} at {report.site(f.new_write)} on "
-                       f"{report.stream(trace, f.new_write.stream)}")
+            written = (f", first written by {f.new_write.op} at {describe.site(f.new_write)} on "
+                       f"{describe.stream(trace, f.new_write.stream)}")
             if f.new_write is not f.work:
-                where.append(report.site(f.new_write))
+                where.append(describe.site(f.new_write))
                 seqs.append(f.new_write.seq)
-        parts.append(f"The allocator did reuse it for {report.tensor(trace, f.new_block)}{written}.")
+        parts.append(f"The allocator did reuse it for {describe.tensor(trace, f.new_block)}{written}.")
     parts.append(
-        f"Fix: call `t.record_stream({b})` on this tensor before it is freed{freed_at or ''}, or make {a} "
-        f"wait for {b} (`{a}.wait_stream({b})`) after line {report.site(f.use)} and before line "
-        f"{report.site(f.work)}.")
+        f"Fix: call `t.record_stream({b})` on this tensor before it is freed{freed_at}, or make {a} "
+        f"wait for {b} (`{a}.wait_stream({b})`) after line {describe.site(f.use)} and before line "
+        f"{describe.site(f.work)}.")
     return Hazard(KIND, " ".join(parts), where, [b, a], [f.use.op, f.work.op], tuple(seqs))

@@ -22,14 +22,24 @@ def known(rec) -> bool:
 
 
 def tensor(trace, bid) -> str:
-    """``the tensor allocated at foo.py:3 on npu:0/default (bytes [0, 4096) of npu:0)``."""
+    """``the tensor allocated at foo.py:3 on npu:0/default (4096 bytes at 0x1000 of npu:0)``."""
     info = trace.blocks.get(bid)
     if info is None:
         return f"block #{bid}"
     where = "" if info.site == UNKNOWN_SITE else f" at {info.site}"
     pool = f", graph pool {info.pool}" if info.pool is not None else ""
     return (f"the tensor allocated{where} on {stream(trace, info.stream)} "
-            f"(bytes [{info.lo}, {info.hi}) of npu:{info.device}{pool})")
+            f"({info.hi - info.lo} bytes at {info.lo:#x} of npu:{info.device}{pool})")
+
+
+def overlap(trace, bid, lo, hi) -> str:
+    """Where ``[lo, hi)`` lies in block ``bid``: empty when it is the whole block."""
+    info = trace.blocks.get(bid)
+    if info is None:
+        return f", overlapping in bytes [{lo:#x}, {hi:#x})"
+    if (info.lo, info.hi) == (lo, hi):
+        return ""
+    return f", overlapping in its bytes [{lo - info.lo}, {hi - info.lo})"
 
 
 def access(trace, kernel, writes: bool) -> str:
