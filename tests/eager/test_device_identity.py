@@ -40,6 +40,9 @@ def test_npu_without_index_follows_the_current_device(npugraph):
     assert torch.ones(1).npu().device == NPU1
     assert torch.ones(1).to("npu").device == NPU1
     assert torch.zeros(1, device="npu").device == NPU1
+    assert torch.ones(1).to(device=torch.device("npu")).device == NPU1
+    assert torch.nn.Linear(2, 2).to("npu").weight.device == NPU1
+    assert torch.ones(1).to("npu:0").device == NPU0
 
 
 @pytest.mark.parametrize("bad", ["cpu", torch.device("cpu"), "cuda:0"])
@@ -115,6 +118,22 @@ def test_item_tolist_nonzero(npugraph):
     assert int(torch.argmax(x)) == 3
 
 
+def test_numpy_needs_a_host_copy(npugraph):
+    x = torch.tensor([1.0, 2.0], device="npu")
+    with pytest.raises(TypeError, match="^can't convert npu:0 device type tensor to numpy. Use Tensor.cpu()"):
+        x.numpy()
+    assert x.numpy(force=True).tolist() == [1.0, 2.0]
+    assert x.cpu().numpy().tolist() == [1.0, 2.0]
+
+
+def test_cpu_scalars_and_indices_mix_with_npu_tensors(npugraph):
+    x = torch.arange(4.0, device="npu")
+    assert (x * torch.tensor(2.0)).cpu().tolist() == [0.0, 2.0, 4.0, 6.0]     # a 0-dim CPU tensor is a scalar
+    assert x[torch.tensor([3, 1])].cpu().tolist() == [3.0, 1.0]                  # CPU indices are fine
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([x, torch.zeros(2)])
+
+
 def test_mixing_devices_raises_torchs_error(npugraph):
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.ones(2, device="npu") + torch.ones(2)
@@ -174,10 +193,13 @@ def test_module_npu_keeps_parameters_and_trains(npugraph):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     reference = [p.detach().clone() for p in model.parameters()]
+    weight = model[0].weight
     assert model.npu() is model
+    assert model[0].weight is weight              # the same Parameter object, now on the NPU
     for p, ref in zip(model.parameters(), reference):
-        assert type(p) is torch.nn.Parameter and p.is_npu and p.requires_grad
+        assert isinstance(p, torch.nn.Parameter) and p.is_npu and p.requires_grad
         assert torch.equal(p.detach().cpu(), ref)
+    assert [name for name, _ in model.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     x = torch.randn(5, 3).npu()
     loss = model(x).pow(2).mean()
     assert loss.device == NPU0

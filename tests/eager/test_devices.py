@@ -1,5 +1,6 @@
 """Device API of the emulated torch.npu against torch_npu 2.14.0 (torch_npu_api.md §1)."""
 import re
+import threading
 import warnings
 
 import pytest
@@ -189,6 +190,27 @@ def test_get_device_capability(npugraph, monkeypatch):
 def test_lazy_initialisation_is_per_test(npugraph):
     assert torch.npu.is_initialized() is False   # every test starts on a fresh machine
     assert torch.npu.memory_stats() == {}
+    torch.npu.get_device_name(0)                 # validates only: no initialisation
+    torch.npu.empty_cache()                      # a no-op before initialisation
+    assert torch.npu.is_initialized() is False
     torch.npu.init()
     assert torch.npu.is_initialized() is True
     assert torch.npu.memory_stats()["allocation.all.current"] == 0
+
+
+@pytest.mark.npu_devices(2)
+def test_current_device_and_stream_are_per_thread(npugraph):
+    s = torch.npu.Stream()
+    torch.npu.set_stream(s)
+    seen = {}
+
+    def worker():
+        seen["before"] = (torch.npu.current_device(), torch.npu.current_stream().stream_id)
+        torch.npu.set_device(1)
+        seen["after"] = torch.npu.current_device()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"before": (0, 0), "after": 1}
+    assert torch.npu.current_device() == 0 and torch.npu.current_stream() == s

@@ -8,6 +8,7 @@ a block handed out again after a free shows up as overlapping the old block's pe
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import weakref
 from dataclasses import dataclass, field
@@ -59,14 +60,25 @@ class Segment:
 
 @dataclass(eq=False)
 class Chunk:
-    """A contiguous piece of a segment: either allocated (owner set) or cached free."""
+    """A contiguous piece of a segment: allocated, pending (freed, awaiting streams) or cached free."""
 
     segment: Segment
     lo: int
     size: int
-    owner: Optional["weakref.ref"] = None   # weak: the tensors' death, not the pool, frees a block
-    pending: bool = False  # freed, waiting for recorded streams
-    requested: int = 0     # bytes its owner asked for (until the chunk is inactive again)
+    allocated: bool = False  # handed out and not yet freed (the Block may be dying meanwhile)
+    pending: bool = False    # freed, waiting for recorded streams
+    requested: int = 0       # bytes its Block asked for (until the chunk is inactive again)
+    _owner: Optional["weakref.ref"] = None   # weak: the tensors' death, not the pool, frees a block
+
+    @property
+    def owner(self) -> Optional["Block"]:
+        """The live Block holding this chunk; None while it is cached free or pending."""
+        return None if self._owner is None else self._owner()
+
+    @owner.setter
+    def owner(self, block: Optional["Block"]) -> None:
+        self._owner = None if block is None else weakref.ref(block)
+        self.allocated = block is not None
 
     @property
     def hi(self) -> int:
@@ -182,13 +194,32 @@ class CachingAllocator:
         self.reserved = 0
         self.stats = Stats()
         self.fraction = 1.0
+        self._busy = 0                 # > 0 while the pools are being changed
+        self._deferred: list = []      # Blocks that died meanwhile (a finalizer run by the GC)
 
     @property
     def limit(self) -> int:
         return int(self.capacity * self.fraction)
 
     # ----------------------------------------------------------------- allocation
+    @contextlib.contextmanager
+    def _changing(self):
+        """Serialise changes to the pools across threads; a Block freed by a finalizer in the middle
+        of one (same thread) is queued and freed when the change is complete."""
+        with self.runtime.lock:
+            self._busy += 1
+            try:
+                yield
+            finally:
+                self._busy -= 1
+            while self._deferred and not self._busy:
+                self.free(self._deferred.pop())
+
     def malloc(self, nbytes: int, stream: int, pool=None) -> Block:
+        with self._changing():
+            return self._malloc(nbytes, stream, pool)
+
+    def _malloc(self, nbytes: int, stream: int, pool) -> Block:
         if nbytes >= HUGE:
             raise self._oom(None)
         size = round_size(nbytes)
@@ -199,7 +230,7 @@ class CachingAllocator:
             chunk = self._new_segment(size, stream, small, pool)
         chunk = self._split(chunk, size)
         block = Block(self.runtime.new_block_id(), self.device, stream, chunk, nbytes, self)
-        chunk.owner = weakref.ref(block)
+        chunk.owner = block
         chunk.requested = nbytes
         self.runtime.devices[self.device].initialized = True   # using a device activates it
         self.stats.add("allocation", 1, small)
@@ -222,8 +253,9 @@ class CachingAllocator:
         return self.reserved - releasable + segment_size(size, small) <= self.limit
 
     def _key(self, stream, small, pool):
-        # graph pools are shared by every stream that captures into them
-        return (None if pool is not None else stream, small, pool)
+        # a freed block is reused only on its allocation stream, in a graph pool too (as CUDA's
+        # private pools: torch_npu_api.md §5)
+        return (stream, small, pool)
 
     def _take_cached(self, size, stream, small, pool) -> Optional[Chunk]:
         free = self.free_chunks.get(self._key(stream, small, pool))
@@ -239,7 +271,7 @@ class CachingAllocator:
         seg_size = segment_size(size, small)
         if self.reserved + seg_size > self.limit:
             self.stats.counters["num_alloc_retries"] += 1
-            self.empty_cache()
+            self._empty_cache()
             if self.reserved + seg_size > self.limit:
                 raise self._oom(seg_size)
         seg = Segment(self.next_address, seg_size, stream, small, pool)
@@ -306,6 +338,16 @@ class CachingAllocator:
     def free(self, block: Block) -> None:
         if block.freed:
             return
+        with self.runtime.lock:
+            if self._busy:
+                self._deferred.append(block)
+                return
+            with self._changing():
+                self._free(block)
+
+    def _free(self, block: Block) -> None:
+        if block.freed:
+            return
         block.freed = True
         chunk = block.chunk
         chunk.owner = None
@@ -333,7 +375,7 @@ class CachingAllocator:
         for j in (i + 1, i - 1):
             if 0 <= j < len(blocks):
                 other = blocks[j]
-                if other.owner is None and not other.pending:
+                if not other.allocated and not other.pending:
                     self._uncache(other)
                     self.stats.add("inactive_split", -1, small)
                     self.stats.add("inactive_split_bytes", -other.size, small)
@@ -363,10 +405,14 @@ class CachingAllocator:
 
     @staticmethod
     def _releasable(seg: Segment, pending_ok: bool = False) -> bool:
-        return all(c.owner is None and (pending_ok or not c.pending) for c in seg.blocks)
+        return all(not c.allocated and (pending_ok or not c.pending) for c in seg.blocks)
 
     def empty_cache(self) -> None:
         """Give every segment holding no live block back to the device (pending frees waited for)."""
+        with self._changing():
+            self._empty_cache()
+
+    def _empty_cache(self) -> None:
         self._process_pending(synchronize=True)
         keep = []
         for seg in self.segments:

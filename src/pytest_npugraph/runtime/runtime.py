@@ -91,20 +91,38 @@ class Runtime:
     def _seq(self) -> int:
         return len(self.trace.records)
 
+    def site_hint(self):
+        """The user's line for work issued on this thread's behalf (a compiled graph's node line)."""
+        return getattr(self._local, "site", None)
+
+    def set_site_hint(self, site) -> None:
+        self._local.site = site
+
     def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
                site=None, graph=None, collective=None) -> int:
+        return self._kernel_now(stream, op, reads, writes, cores, site or self.site_hint() or user_site(3),
+                                graph, collective)
+
+    def _kernel_now(self, stream, op, reads, writes, cores, site, graph, collective) -> int:
         with self.lock:
             seq = self._seq()
             cube, vector = self.devices[stream.device].stream_limits(stream)
             self._append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
-                                  site or user_site(3), cores, cube, vector, graph, collective))
+                                  site, cores, cube, vector, graph, collective))
             self.stream_marks[stream.sid] = seq
             return seq
 
     def record_event(self, event: EventState, stream: StreamState, site=None) -> None:
+        site = site or self.site_hint() or user_site(3)
+        if stream.capture is not None:          # a graph node, not a task of its own (graphs.py)
+            stream.capture.record(event, stream, site)
+        else:
+            self._record_now(event, stream, site)
+
+    def _record_now(self, event: EventState, stream: StreamState, site) -> None:
         with self.lock:
             seq = self._seq()
-            self._append(T.EventRecord(seq, stream.sid, event.eid, site or user_site(3)))
+            self._append(T.EventRecord(seq, stream.sid, event.eid, site))
             self.stream_marks[stream.sid] = seq
             event.device = stream.device
             event.record_stream = stream.sid
@@ -113,9 +131,17 @@ class Runtime:
             event.stamp()
 
     def wait_event(self, event: EventState, stream: StreamState, site=None) -> None:
+        site = site or self.site_hint() or user_site(3)
+        capture = stream.capture or getattr(event, "capture", None)
+        if capture is not None:                 # waiting on a captured record joins the capture
+            capture.wait(event, stream, site)
+        else:
+            self._wait_now(event, stream, site)
+
+    def _wait_now(self, event: EventState, stream: StreamState, site) -> None:
         with self.lock:
             seq = self._seq()
-            self._append(T.EventWait(seq, stream.sid, event.eid, site or user_site(3)))
+            self._append(T.EventWait(seq, stream.sid, event.eid, site))
             self.stream_marks[stream.sid] = seq
             event.waits_since_record += 1
 
@@ -139,7 +165,7 @@ class Runtime:
     def marker(self, what: str, stream: Optional[StreamState] = None, detail=(), site=None) -> None:
         with self.lock:
             self._append(T.Marker(self._seq(), what, stream.sid if stream else None, tuple(detail),
-                                  site or user_site(3)))
+                                  site or self.site_hint() or user_site(3)))
 
     # ------------------------------------------------------------------ allocator
     def stream_mark(self, sid: int) -> int:
@@ -150,7 +176,7 @@ class Runtime:
 
     def on_alloc(self, block, site=None, pool=None) -> None:
         with self.lock:
-            site = site or user_site(3)
+            site = site or self.site_hint() or user_site(3)
             self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
                                                        block.lo + block.size, block.requested, site, pool)
             self._append(T.Alloc(self._seq(), block.bid, site, self._reused(block)))
@@ -179,14 +205,14 @@ class Runtime:
         if block.bid not in self.trace.blocks:
             return  # allocated by an earlier test: not part of this trace
         with self.lock:
-            self._append(T.Free(self._seq(), block.bid, user_site(3)))
+            self._append(T.Free(self._seq(), block.bid, self.site_hint() or user_site(3)))
             bisect.insort(self.freed_ranges.setdefault(block.device, []),
                           (block.lo, block.lo + block.size, block.bid))
 
     def record_stream(self, block, stream: StreamState) -> None:
         with self.lock:
             block.stream_uses.add(stream.sid)
-            self._append(T.RecordStream(self._seq(), block.bid, stream.sid, user_site(3)))
+            self._append(T.RecordStream(self._seq(), block.bid, stream.sid, self.site_hint() or user_site(3)))
 
 
 _current: Optional[Runtime] = None

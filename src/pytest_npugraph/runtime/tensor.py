@@ -47,7 +47,12 @@ class NpuTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner, device_index, outer_size, outer_stride):
-        return wrap(inner["_payload"], device_index)
+        payload = inner["_payload"]
+        if type(payload).__name__ == "FakeTensor":
+            # while tracing, an NPU tensor is a plain FakeTensor on "npu" (as with the real torch_npu):
+            # graphs then hold npu tensors, and the compiled graph is called with the NpuTensors
+            return _fake_on_npu(payload, device_index)
+        return wrap(payload, device_index)
 
     def __repr__(self, *, tensor_contents=None):
         rt = current()
@@ -58,6 +63,16 @@ class NpuTensor(torch.Tensor):
         if sep:
             return f"{head}, {suffix}{sep}{tail}"
         return f"{text[:-1]}, {suffix})"
+
+    def tolist(self):
+        """A device-to-host read, then the values (torch refuses ``tolist`` on subclasses)."""
+        return self.cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        if not force:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy "
+                            "the tensor to host memory first.")
+        return self.cpu().numpy(force=True)
 
     def data_ptr(self) -> int:
         """The simulated device address of the first element (what real code compares)."""
@@ -71,6 +86,13 @@ class NpuTensor(torch.Tensor):
         if any(not issubclass(t, NpuTensor) and t is not torch.Tensor for t in types):
             return NotImplemented
         return dispatch(func, args, kwargs or {})
+
+
+def _fake_on_npu(payload, device_index):
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    with in_kernel_invocation_manager(payload.fake_mode):   # lets the fake stand for its meta tensor
+        return FakeTensor(payload.fake_mode, payload, torch.device(NPU, device_index))
 
 
 # ---------------------------------------------------------------------- blocks
@@ -121,7 +143,7 @@ class _Plan:
                                  for r in schema.returns) or _FACTORY_LIKE(schema.name)
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
-        self.special = _SPECIAL.get(schema.name)
+        self.special = _SPECIAL.get(schema.name) or (_host_op if schema.name.startswith("air::") else None)
         # in-place and out= ops return the very tensor object they wrote to
         written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
                    if a.alias_info is not None and a.alias_info.is_write}
@@ -163,6 +185,22 @@ def _same_device(tensors, plan) -> int:
     return index
 
 
+_HOST_OPERANDS_OK = ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_")
+
+
+def _no_host_tensors(plan, args, kwargs, device) -> None:
+    """As on a real device, an aten op mixing NPU tensors with CPU ones (other than 0-dim scalars,
+    or indices) fails with torch's error."""
+    if not plan.name.startswith("aten::") or plan.name.split(".")[0] in _HOST_OPERANDS_OK:
+        return
+    for value in list(args) + list(kwargs.values()):
+        for v in (value if isinstance(value, (list, tuple)) else (value,)):
+            if (isinstance(v, torch.Tensor) and not isinstance(v, NpuTensor) and v.device.type == "cpu"
+                    and v.dim() > 0 and not _is_fake(v)):
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                                   f"devices, {device} and cpu!")
+
+
 def dispatch(func, args, kwargs):
     plan = _plans.get(func)
     if plan is None:
@@ -189,7 +227,13 @@ def _run(func, plan, args, kwargs):
         return _wrap_outputs(func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs)),
                              inputs[0].device.index, None)
     device = _same_device(inputs, plan) if inputs else current().current_device()
-    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    if inputs:
+        _no_host_tensors(plan, args, kwargs, inputs[0].device)
+    uargs, ukwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
+    capture = current().current_stream(device).capture
+    if capture is not None and writes:
+        capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
+    out = func(*uargs, **ukwargs)
     fresh: list = []
     for t in writes:
         _sync_metadata(t)
@@ -198,7 +242,7 @@ def _run(func, plan, args, kwargs):
         result = _return_written(plan, args, kwargs, result)
     if plan.metadata_only:
         return result
-    _launch(plan.name, device, reads, writes + fresh)
+    _launch(plan.name, device, reads, writes + fresh, replay=(func, uargs, ukwargs, out))
     return result
 
 
@@ -234,7 +278,9 @@ def _wrap_outputs(out, device, fresh):
     return tree_map(wrap_one, out)
 
 
-def _launch(op: str, device: int, reads, writes, stream=None):
+def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
+    """Record the task, or add it to the graph being captured on the stream (``replay``: the
+    OpOverload, its payload arguments and its payload result, which a replay recomputes)."""
     rt = current()
     if stream is None:
         stream = rt.current_stream(device)
@@ -243,11 +289,11 @@ def _launch(op: str, device: int, reads, writes, stream=None):
     for t in reads + writes:
         if t._block is not None and t._block.allocator.runtime is not rt:
             rt.known_block(t._block)
+    site = rt.site_hint() or user_site(3)
     if stream.capture is not None:
-        stream.capture.add(op, read_spans, write_spans, stream)
+        stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return
-    rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
-              site=user_site(3))
+    rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]), site=site)
 
 
 def read_to_host(rt, t: NpuTensor, op: str) -> None:
@@ -302,9 +348,13 @@ def _copy(func, plan, args, kwargs):
         return _run(func, plan, args, kwargs)
     rt = current()
     if isinstance(dst, NpuTensor):          # host to device
+        capture = None if _is_fake(dst._payload) else rt.current_stream(dst.device.index).capture
+        if capture is not None:
+            capture.preserve([dst])
         dst._payload.copy_(src)
         if not _is_fake(dst._payload):
-            _launch(plan.name + " (H2D)", dst.device.index, [], [dst])
+            _launch(plan.name + " (H2D)", dst.device.index, [], [dst],
+                    replay=(func, (dst._payload, src), {}, dst._payload))
             if not non_blocking:
                 rt.host_sync("stream", device=dst.device.index, stream=rt.current_stream(dst.device.index),
                              site=user_site(2))
@@ -337,6 +387,18 @@ def _host_read(func, plan, args, kwargs):
         device = inputs[0].device.index
         rt.host_sync("read", device=device, stream=rt.current_stream(device), site=user_site(2))
     return result
+
+
+_HOST_KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "BackendSelect")
+
+
+def _host_op(func, plan, args, kwargs):
+    """torchair's control ops (``air::``: scopes, events, record_stream by tag, wait_tensor) act on
+    the host and the runtime, not as device tasks: their kernel runs on the NPU tensors themselves."""
+    for key in _HOST_KERNEL_KEYS:
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+            return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
+    return _run(func, plan, args, kwargs)
 
 
 _SPECIAL = {

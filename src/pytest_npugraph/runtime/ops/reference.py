@@ -696,8 +696,8 @@ def npu_moe_finalize_routing(expanded_permuted_rows: torch.Tensor, skip1: Option
 def _single_rank_only(op: str, ep_world_size: int, tp_world_size: int, shared_expert_rank_num: int):
     if ep_world_size != 1 or tp_world_size > 1 or shared_expert_rank_num != 0:
         raise _unsupported(op, f"ep_world_size={ep_world_size}, tp_world_size={tp_world_size}, "
-                               f"shared_expert_rank_num={shared_expert_rank_num} (only the single-rank reference "
-                               f"exists; the multi-rank exchange belongs to the collectives engine)")
+                               f"shared_expert_rank_num={shared_expert_rank_num} (this is the single-rank reference; "
+                               f"across ranks, call it on NPU tensors inside npugraph.run_ranks)")
 
 
 def _dispatch_plan(expert_ids: torch.Tensor, active: torch.Tensor, moe_expert_num: int):
@@ -730,10 +730,11 @@ def npu_moe_distribute_dispatch(x: torch.Tensor, expert_ids: torch.Tensor, group
     token order; rows past the received ones are zero.  Quantisation (quant_mode 2, or smooth
     ``scales`` given) is dynamic per-row int8 of ``x * scales[expert]``.
 
-    Multi-rank plug-in: each rank computes ``_dispatch_plan`` locally (destination rank =
-    expert // local experts); the collectives engine all-to-alls the rows (and expert_scales)
-    per destination, every receiver lays them out by (local expert, source rank) and publishes
-    the prefix sums as ep_recv_counts.  ``expand_idx`` stays a sender-local slot, so combine
+    Multi-rank (runtime/collectives.py ``_dispatch``, reached for NPU tensors inside
+    npugraph.run_ranks): each rank computes ``_dispatch_plan`` locally (destination rank =
+    expert // local experts); the rows (and expert_scales) go to their destinations, every
+    receiver lays them out by (local expert, source rank) and publishes the prefix sums as
+    ep_recv_counts.  ``expand_idx`` stays a sender-local slot, so combine
     can find row ``ep_send_counts[e*W + r - 1] + slot`` on the owner of expert e and send it back.
     """
     op = "npu_moe_distribute_dispatch"
@@ -782,8 +783,8 @@ def npu_moe_distribute_combine(expand_x: torch.Tensor, expert_ids: torch.Tensor,
 
     ``row(n,k) = expand_x[ep_send_counts[e*W + r - 1] + expand_idx[n*K+k]]`` for e = expert_ids[n,k]
     (0 for the first segment), plus ``shared_expert_x[n]``; masked-out tokens give zero rows.
-    Multi-rank plug-in: the owner of each segment sends it back to rank r (the reverse
-    all-to-all of dispatch); the weighted sum then runs on rank r exactly as here.
+    Multi-rank (runtime/collectives.py ``_combine``): the owner of each segment sends it back
+    to rank r (the reverse all-to-all of dispatch); the weighted sum then runs on rank r as here.
     """
     op = "npu_moe_distribute_combine"
     _single_rank_only(op, ep_world_size, tp_world_size, shared_expert_rank_num)

@@ -204,7 +204,7 @@ def _npu_memorySnapshot(mempool_id=None) -> dict:
                 continue
             info = rt.trace.streams.get(seg.stream)
             blocks = [{"address": c.lo, "size": c.size, "requested_size": c.requested,
-                       "state": _BLOCK_STATES[(c.owner is not None, c.pending)], "frames": []}
+                       "state": _BLOCK_STATES[(c.allocated, c.pending)], "frames": []}
                       for c in seg.blocks]
             segments.append({
                 "device": device.index, "address": seg.lo, "total_size": seg.size,

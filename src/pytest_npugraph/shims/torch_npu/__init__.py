@@ -34,7 +34,40 @@ def _register_kernels() -> None:
 _kernels = None
 _register_kernels()
 
+
+def _resolve_npu(device):
+    """``"npu"`` / ``torch.device("npu")`` (no index) -> the current NPU, else ``device`` as is."""
+    if isinstance(device, str) and device == "npu":
+        return torch.device("npu", npu.current_device())
+    if isinstance(device, torch.device) and device.type == "npu" and device.index is None:
+        return torch.device("npu", npu.current_device())
+    return device
+
+
+def _patch_tensor_to() -> None:
+    """``Tensor.to("npu")`` means the current NPU.  torch resolves an index-less device with the
+    device guard, which for a Python backend always says 0; torch_npu's C++ guard asks the runtime."""
+    original = torch.Tensor.to
+    if getattr(original, "_npugraph", False):
+        return
+
+    def to(self, *args, **kwargs):
+        if not torch.compiler.is_compiling():
+            if args:
+                args = (_resolve_npu(args[0]),) + args[1:]
+            if "device" in kwargs:
+                kwargs["device"] = _resolve_npu(kwargs["device"])
+        return original(self, *args, **kwargs)
+
+    to.__doc__ = original.__doc__
+    to._npugraph = True
+    torch.Tensor.to = to
+
+
+_patch_tensor_to()
+
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
+from . import distributed  # noqa: E402,F401  (registers the hccl backend)
 
 __version__ = "2.14.0"
 version = __version__

@@ -152,22 +152,24 @@ def can_device_access_peer(device, peer) -> bool:
     return True
 
 
+# NPU ops run on the CPU, so the NPU generator is torch's CPU generator.  Not torch.manual_seed:
+# that calls torch.npu.manual_seed_all (the privateuse1 device module's) right back.
 def manual_seed(seed) -> None:
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
 
 
 def seed() -> None:
-    torch.seed()
+    torch.default_generator.seed()
 
 
 seed_all = seed
 
 
 def initial_seed() -> int:
-    return torch.initial_seed()
+    return torch.default_generator.initial_seed()
 
 
 def get_rng_state(device="npu"):

@@ -1,0 +1,839 @@
+"""Collectives between the emulated devices of one test: rank threads, rendezvous, matching, math.
+
+``npugraph.run_ranks(fn, *args)`` runs ``fn(rank, *args)`` in one thread per emulated device
+(rank r drives ``npu:r``), as ``torchrun`` runs one process per card.  The emulated
+``ProcessGroupHCCL`` (``shims/torch_npu/distributed``) and the MC2 ops hand every collective
+call to a ``Job`` (one per ``run_ranks`` call), which:
+
+1. records it: a ``Kernel`` on the calling rank's current stream, in the rank's program order,
+   named ``hccl::<collective>`` (``hccl::all_reduce``, ``hccl::reduce_scatter``, ...) or after
+   the MC2 op (``npu::npu_moe_distribute_dispatch``), with the bytes it reads and writes, its
+   ``OpCores`` and ``collective=(communicator, seq)``: ``seq`` numbers the communicator's
+   collectives on each rank, so the analyses pair the members of one collective across
+   devices.  Cores come from the ``pytest_npugraph_op_profile`` hook (asked with the short
+   name, e.g. ``"reduce_scatter"`` or ``"npu_moe_distribute_dispatch"``, on every call, so a
+   per-test answer is honoured), else the op catalog, else ``HCCL_PROFILE``: an AIV-mode
+   collective takes every vector core and holds them while it waits for its peers.
+2. rendezvous: the rank's host thread waits until every member of the communicator issued
+   the same ``(communicator, seq)``; the last to arrive checks that all issued the same op
+   with compatible arguments and computes every member's outputs (the CPU payloads of the
+   NPU tensors) while the others wait.
+3. never hangs: whenever a rank arrives, finishes or fails, the job asks whether every
+   waiting collective can still complete.  Two ranks issuing different ops as one
+   ``(communicator, seq)``, a rank that returned or raised while a peer waits for it, and
+   ranks all waiting in collectives none of which can complete (the order of collectives
+   differs between communicators) are reported at once as a ``CollectiveError`` naming the
+   ranks, ops and the users' lines.  Only a rank stuck outside collectives (in user code)
+   is left to a short timeout (``NPUGRAPH_COLLECTIVE_TIMEOUT``, default 30 s without any
+   recorded activity, or the process group's own ``timeout`` when shorter).
+
+Trace conventions (read by analysis/taskgraph.py, cores.py, deadlock.py): the runtime's
+``Marker("device", detail=(device, cube_max, vector_max))`` per device; one
+``Marker("group", detail=(communicator, devices))`` when a communicator is created; each
+rank's kernels in its program order on their streams; collectives keyed as above.  The
+communicator name is also what ``get_hccl_comm_name`` returns, hence the MC2 ``group_ep``.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .. import trace as T
+from .._context import CONTEXT
+from . import profiles
+from .callsite import user_site
+from .tensor import NpuTensor, span, wrap
+
+HCCL_PROFILE = {"kind": "HCCL", "vector": "all", "all_resident": True}
+DEFAULT_TIMEOUT = float(os.environ.get("NPUGRAPH_COLLECTIVE_TIMEOUT", "30"))
+_POLL = 0.25          # seconds between a waiting rank's looks at the clock (the last resort)
+_GRACE = 2.0          # seconds run_ranks gives the other ranks once the job has failed
+
+
+class CollectiveError(RuntimeError):
+    """Collectives that cannot complete (mismatched, abandoned, circular, timed out) or whose
+    arguments do not agree across ranks; the message names ranks, ops and user lines."""
+
+
+class CollectiveAborted(CollectiveError):
+    """Raised in the ranks that were waiting when another rank's failure ended the job."""
+
+
+# ----------------------------------------------------------------------------- records
+@dataclass(eq=False)
+class Communicator:
+    """An HCCL communicator: one ``torch.distributed`` group of one job."""
+
+    name: str             # the trace group and the HCCL comm name ("hccl/0", "hccl/1@2", ...)
+    torch_name: str       # torch.distributed's group name ("0", "1", ...)
+    members: tuple        # the rank (thread / device) of each group rank
+    timeout: float
+
+
+@dataclass(eq=False)
+class Call:
+    """One rank's side of a collective: what it reads, writes and passes."""
+
+    op: str                        # "all_reduce", "npu_moe_distribute_dispatch", ...
+    kernel: str                    # the trace op name
+    inputs: tuple = ()             # NPU tensors read
+    outputs: tuple = ()            # NPU tensors written (their payloads receive the results)
+    params: dict = field(default_factory=dict)
+    rank: int = -1                 # group rank, filled in by Job.issue
+    thread: int = -1
+    site: T.Site = T.UNKNOWN_SITE
+
+    def where(self) -> str:
+        return f"rank {self.thread} issued {self.op} at {self.site}"
+
+
+@dataclass(eq=False)
+class Pending:
+    comm: Communicator
+    seq: int
+    op: str
+    calls: dict = field(default_factory=dict)   # group rank -> Call
+    done: bool = False
+
+    def describe(self) -> str:
+        return f"{self.op} #{self.seq} of communicator {self.comm.name!r}"
+
+    def missing(self) -> list:
+        return [t for r, t in enumerate(self.comm.members) if r not in self.calls]
+
+
+_tls = threading.local()
+
+
+def binding():
+    """``(job, rank)`` of the calling thread: its run_ranks rank, or None outside run_ranks."""
+    return getattr(_tls, "binding", None)
+
+
+# ---------------------------------------------------------------------------------- job
+class Job:
+    """The ranks of one ``run_ranks`` call and the collectives between them."""
+
+    def __init__(self, runtime, size: int, label: str = ""):
+        self.runtime = runtime
+        self.size = size
+        self.label = label                  # "" for the first job of a test, "@2", ...
+        self.cond = threading.Condition()
+        self.status = ["running"] * size    # running | waiting | done | failed
+        self.waiting: dict = {}             # rank -> Pending
+        self.pending: dict = {}             # (comm name, seq) -> Pending
+        self.comms: dict = {}               # comm name -> Communicator
+        self.incarnations: dict = {}        # (rank, torch group name) -> times created
+        self.seqs: dict = {}                # (comm name, rank) -> next seq
+        self.failure: Optional[CollectiveError] = None
+        self.events = 0                     # rendezvous activity, for the stall clock
+
+    # -- communicators
+    def communicator(self, rank: int, torch_name: str, members: tuple, timeout: float) -> Communicator:
+        """The communicator of group ``torch_name`` as rank ``rank`` creates it (collectively:
+        every member creates its groups in the same order, so the n-th creation matches)."""
+        with self.cond:
+            key = (rank, torch_name)
+            n = self.incarnations.get(key, 0)
+            self.incarnations[key] = n + 1
+            name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
+            comm = self.comms.get(name)
+            if comm is None:
+                comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout)
+                devices = tuple(sorted(set(comm.members)))
+                self.runtime.marker("group", detail=(name, devices), site=user_site(4))
+            elif comm.members != tuple(members):
+                raise self._fail(CollectiveError(
+                    f"rank {rank} created process group {torch_name!r} with ranks {list(members)}, but "
+                    f"another rank created it with ranks {list(comm.members)}: every rank must call "
+                    f"new_group with the same ranks, in the same order"))
+            return comm
+
+    def by_name(self, name: str) -> Optional[Communicator]:
+        return self.comms.get(name)
+
+    # -- collectives
+    def issue(self, comm: Communicator, rank: int, call: Call) -> None:
+        """Record ``call`` on the rank's current stream and wait until the collective
+        completed on every member (its outputs then hold the results)."""
+        rt = self.runtime
+        device = _device_of(call, rt.current_device())
+        stream = rt.current_stream(device)
+        if stream.capture is not None:
+            raise NotImplementedError(
+                f"{call.op}: collectives inside NPU graph capture are not emulated by pytest-npugraph")
+        cores = op_cores(call.kernel, rt.devices[device])
+        call.thread = rank
+        call.rank = comm.members.index(rank)
+        call.site = user_site(3)
+        with self.cond:
+            self._check_failed()     # a rank the job gave up on issues nothing more
+            seq = self.seqs.get((comm.name, rank), 0)
+            self.seqs[(comm.name, rank)] = seq + 1
+        reads = [s for s in map(span, call.inputs) if s is not None]
+        writes = [s for s in map(span, call.outputs) if s is not None]
+        rt.kernel(stream, call.kernel, reads, writes, cores=cores, site=call.site, collective=(comm.name, seq))
+        with self.cond:
+            self._check_failed()
+            key = (comm.name, seq)
+            p = self.pending.get(key)
+            if p is None:
+                p = self.pending[key] = Pending(comm, seq, call.op)
+            elif p.op != call.op:
+                raise self._fail(self._mismatch(p, call))
+            p.calls[call.rank] = call
+            self.events += 1
+            if len(p.calls) == len(comm.members):
+                self._complete(p)
+                return
+            self.status[rank] = "waiting"
+            self.waiting[rank] = p
+            try:
+                self._wait(p, rank)
+            finally:
+                self.waiting.pop(rank, None)
+                if self.status[rank] == "waiting":
+                    self.status[rank] = "running"
+
+    def _complete(self, p: Pending) -> None:
+        calls = [p.calls[r] for r in range(len(p.comm.members))]
+        del self.pending[(p.comm.name, p.seq)]
+        try:
+            MATH[p.op](calls)
+        except CollectiveError as exc:
+            raise self._fail(CollectiveError(f"{p.describe()}: {exc}\n  " +
+                                             "\n  ".join(c.where() for c in calls))) from None
+        p.done = True
+        p.calls = {}    # each rank's tensors die in its own thread (the allocator is per device)
+        for c in calls:                      # the waiters are running again from now on
+            if self.waiting.get(c.thread) is p:
+                del self.waiting[c.thread]
+                self.status[c.thread] = "running"
+        self.cond.notify_all()
+
+    def _wait(self, p: Pending, rank: int) -> None:
+        self._check_stuck()
+        timeout = min(DEFAULT_TIMEOUT, p.comm.timeout)
+        seen, since = self._activity(), time.monotonic()
+        while not p.done:
+            self._check_failed()
+            self.cond.wait(_POLL)
+            if p.done:
+                break
+            now, activity = time.monotonic(), self._activity()
+            if activity != seen:
+                seen, since = activity, now
+            elif now - since > timeout:
+                raise self._fail(self._stalled(timeout))
+
+    def _activity(self) -> tuple:
+        return (self.events, len(self.runtime.trace))
+
+    # -- ranks
+    def finish(self, rank: int, failed: bool) -> None:
+        with self.cond:
+            self.status[rank] = "failed" if failed else "done"
+            self.events += 1
+            self._check_stuck()
+            self.cond.notify_all()
+
+    # -- failure detection
+    def _check_failed(self) -> None:
+        if self.failure is not None:
+            raise CollectiveAborted(f"aborted: another rank ended the job: {self.failure}")
+
+    def _fail(self, error: CollectiveError) -> CollectiveError:
+        if self.failure is None:
+            self.failure = error
+        self.cond.notify_all()
+        return error
+
+    def _check_stuck(self) -> None:
+        """Fail the job if a waiting collective can never complete (called under the lock)."""
+        if self.failure is not None:
+            return
+        for p in list(self.waiting.values()):
+            gone = [t for t in p.missing() if self.status[t] in ("done", "failed")]
+            if gone:
+                self._fail(self._abandoned(p, gone))
+                return
+        if self.waiting and "running" not in self.status:
+            self._fail(self._circular())
+
+    # -- messages
+    def _waiters(self, p: Pending) -> str:
+        return ", ".join(f"rank {c.thread} at {c.site}" for c in p.calls.values())
+
+    def _mismatch(self, p: Pending, call: Call) -> CollectiveError:
+        issued = "; ".join(c.where() for c in list(p.calls.values()) + [call])
+        return CollectiveError(
+            f"collective #{p.seq} of communicator {p.comm.name!r} is not the same op on every rank: {issued}. "
+            f"HCCL pairs a communicator's collectives by issue order, so on hardware these ranks would hang "
+            f"(or exchange the wrong buffers). Issue the same collectives in the same order on every rank.")
+
+    def _abandoned(self, p: Pending, gone: list) -> CollectiveError:
+        how = " and ".join(f"rank {t} " + ("raised an exception" if self.status[t] == "failed"
+                                           else "returned from its function") for t in gone)
+        return CollectiveError(
+            f"{how} without issuing {p.describe()}, which {self._waiters(p)} wait(s) in. On hardware "
+            f"the waiting rank(s) would hang until the HCCL timeout. Every member of a group must issue "
+            f"each of its collectives.")
+
+    def _circular(self) -> CollectiveError:
+        lines = [f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
+                 + ", ".join(f"rank {t}" for t in p.missing())
+                 for rank, p in sorted(self.waiting.items())]
+        return CollectiveError(
+            "collectives that can never complete, the ranks wait for each other: " + "; ".join(lines) +
+            ". On hardware this hangs: a rank blocks in a collective until its peers issue it, and they "
+            "block in others first. Issue collectives in one order on every rank, across communicators too.")
+
+    def _stalled(self, timeout: float) -> CollectiveError:
+        lines = [f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
+                 + ", ".join(f"rank {t} ({self.status[t]})" for t in p.missing())
+                 for rank, p in sorted(self.waiting.items())]
+        return CollectiveError(
+            f"no progress for {timeout:g} s: " + "; ".join(lines) + ". The ranks it waits for are running "
+            f"but issue nothing (blocked outside torch.distributed?). Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
+
+
+# ------------------------------------------------------------------------- run_ranks
+@dataclass
+class _Outcome:
+    result: object = None
+    error: Optional[BaseException] = None
+    when: float = 0.0
+
+
+def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
+    """Run ``fn(rank, *args)`` once per device of ``runtime``, each in its own thread with its
+    own current device; returns the results in rank order or raises the first failure.
+
+    ``context(job)`` (optional) is a context manager entered around the threads (the
+    torch.distributed per-thread world, see shims/torch_npu/distributed) and
+    ``context.rank(job, rank)`` one entered inside each rank thread around ``fn``.
+    """
+    if binding() is not None:
+        raise RuntimeError("npugraph.run_ranks cannot be nested: it is already running ranks in this thread")
+    jobs = runtime.extensions.get("collectives.jobs", 0) + 1
+    runtime.extensions["collectives.jobs"] = jobs
+    size = len(runtime.devices)
+    job = Job(runtime, size, "" if jobs == 1 else f"@{jobs}")
+    outcomes = [_Outcome() for _ in range(size)]
+
+    def main(rank: int) -> None:
+        _tls.binding = (job, rank)
+        runtime.set_current_device(rank)
+        failed = False
+        try:
+            if context is None:
+                outcomes[rank].result = fn(rank, *args)
+            else:
+                with context.rank(job, rank):
+                    outcomes[rank].result = fn(rank, *args)
+        except BaseException as exc:  # noqa: BLE001 (handed to the calling thread)
+            failed = True
+            outcomes[rank].error, outcomes[rank].when = exc, time.monotonic()
+        finally:
+            job.finish(rank, failed)
+            _tls.binding = None
+
+    threads = [threading.Thread(target=main, args=(rank,), name=f"npugraph-rank-{rank}", daemon=True)
+               for rank in range(size)]
+    guard = context(job) if context is not None else _nothing()
+    # NPU tensors die where their last reference goes: the cyclic collector would run their
+    # frees in whichever rank thread it interrupts, racing that device's own thread
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with guard:
+            for t in threads:
+                t.start()
+            _join(job, threads)
+    finally:
+        if collecting:
+            gc.enable()
+    return _results(job, outcomes)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _join(job: Job, threads: list) -> None:
+    """Wait for every rank; once the job failed, give the stragglers a short grace only."""
+    deadline = None
+    for t in threads:
+        while t.is_alive():
+            t.join(_POLL)
+            if job.failure is not None and deadline is None:
+                deadline = time.monotonic() + _GRACE
+            if deadline is not None and time.monotonic() > deadline:
+                return
+
+
+def _results(job: Job, outcomes: list) -> list:
+    errors = sorted((o.when, rank, o.error) for rank, o in enumerate(outcomes)
+                    if o.error is not None and not isinstance(o.error, CollectiveAborted))
+    if errors:
+        _, rank, error = errors[0]
+        note = f"(raised in rank {rank} (npu:{rank}) of npugraph.run_ranks)"
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+            raise error
+        raise RuntimeError(f"{note[1:-1]}: {error!r}") from error
+    if job.failure is not None:
+        raise job.failure
+    return [o.result for o in outcomes]
+
+
+# ----------------------------------------------------------------------------- profile
+def op_cores(op: str, device) -> T.OpCores:
+    """Cores of collective ``op`` ("hccl::all_reduce"): the users' hook (asked on every call),
+    else the custom-op catalog, else ``HCCL_PROFILE``."""
+    name = op.split("::")[-1]
+    spec = None
+    if CONTEXT.hook is not None:
+        spec = CONTEXT.hook.pytest_npugraph_op_profile(op_name=name)
+    if spec is None:
+        from .ops import library
+
+        spec = library.cores_of(name) or HCCL_PROFILE
+    return profiles.to_cores(spec, device)
+
+
+# -------------------------------------------------------------------------------- math
+def _p(t: torch.Tensor) -> torch.Tensor:
+    return t._payload
+
+
+def _agree(calls, what: str, value: Callable) -> None:
+    """Raise unless ``value(call)`` is the same on every rank."""
+    values = [value(c) for c in calls]
+    if any(v != values[0] for v in values[1:]):
+        shown = ", ".join(f"rank {c.thread}: {v}" for c, v in zip(calls, values))
+        raise CollectiveError(f"the ranks pass different {what} ({shown})")
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _reduce(tensors: list, op: str) -> torch.Tensor:
+    dtype = tensors[0].dtype
+    stacked = torch.stack([t.to(torch.float32) if dtype in _LOW else t for t in tensors])
+    floating = dtype.is_floating_point or dtype.is_complex
+    if op == "sum":
+        out = stacked.sum(0, dtype=dtype if not floating else None)
+    elif op == "avg":
+        if not floating:
+            raise CollectiveError(f"ReduceOp.AVG is not supported for {dtype}")
+        out = stacked.mean(0)
+    elif op == "product":
+        out = stacked.prod(0, dtype=dtype if not floating else None)
+    elif op == "min":
+        out = stacked.amin(0)
+    elif op == "max":
+        out = stacked.amax(0)
+    elif op in ("band", "bor", "bxor"):
+        if floating:
+            raise CollectiveError(f"ReduceOp.{op.upper()} is not supported for {dtype}")
+        combine = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}[op]
+        out = stacked[0]
+        for t in stacked[1:]:
+            out = combine(out, t)
+    else:
+        raise CollectiveError(f"ReduceOp {op} is not supported by the emulated HCCL")
+    return out.to(dtype)
+
+
+def _all_reduce(calls):
+    _agree(calls, "reduce ops", lambda c: c.params["reduce"])
+    _agree(calls, "tensors", lambda c: [_meta(t) for t in c.outputs])
+    for i in range(len(calls[0].outputs)):
+        result = _reduce([_p(c.outputs[i]) for c in calls], calls[0].params["reduce"])
+        for c in calls:
+            _p(c.outputs[i]).copy_(result)
+
+
+def _reduce_to_root(calls):
+    _agree(calls, "reduce ops and roots", lambda c: (c.params["reduce"], c.params["root"]))
+    _agree(calls, "tensors", lambda c: [_meta(t) for t in c.outputs])
+    root = calls[calls[0].params["root"]]
+    for i, out in enumerate(root.outputs):
+        _p(out).copy_(_reduce([_p(c.outputs[i]) for c in calls], root.params["reduce"]))
+
+
+def _broadcast(calls):
+    _agree(calls, "roots", lambda c: c.params["root"])
+    _agree(calls, "tensors", lambda c: [_meta(t) for t in c.outputs])
+    root = calls[calls[0].params["root"]]
+    sources = [_p(t).clone() for t in root.outputs]
+    for c in calls:
+        if c is not root:
+            for out, src in zip(c.outputs, sources):
+                _p(out).copy_(src)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return _p(t).reshape(-1)
+
+
+def _all_gather_into_tensor(calls):
+    """``output`` = the inputs of ranks 0..W-1 concatenated (flat, as HCCL's buffers)."""
+    w = len(calls)
+    _agree(calls, "input tensors", lambda c: [_meta(t) for t in c.inputs])
+    for c in calls:
+        if c.outputs[0].numel() != w * c.inputs[0].numel() or c.outputs[0].dtype != c.inputs[0].dtype:
+            raise CollectiveError(f"rank {c.thread}: output {_meta(c.outputs[0])} must hold {w} x input "
+                                  f"{_meta(c.inputs[0])}")
+    gathered = torch.cat([_flat(c.inputs[0]) for c in calls])
+    for c in calls:
+        _p(c.outputs[0]).copy_(gathered.view(c.outputs[0].shape))
+
+
+def _all_gather(calls):
+    """List form: ``outputs[i][r]`` receives rank r's ``inputs[i]``."""
+    _agree(calls, "input tensors", lambda c: [_meta(t) for t in c.inputs])
+    sources = [[_p(t).clone() for t in c.inputs] for c in calls]
+    for c in calls:
+        for i, outs in enumerate(c.params["output_lists"]):
+            if len(outs) != len(calls):
+                raise CollectiveError(f"rank {c.thread}: all_gather needs {len(calls)} output tensors, got {len(outs)}")
+            for r, out in enumerate(outs):
+                _p(out).copy_(sources[r][i].view(out.shape))
+
+
+def _reduce_scatter_tensor(calls):
+    """Rank r's ``output`` = the reduction over ranks of chunk r of their flat inputs."""
+    w = len(calls)
+    _agree(calls, "reduce ops", lambda c: c.params["reduce"])
+    _agree(calls, "input tensors", lambda c: [_meta(t) for t in c.inputs])
+    for c in calls:
+        if c.inputs[0].numel() != w * c.outputs[0].numel() or c.outputs[0].dtype != c.inputs[0].dtype:
+            raise CollectiveError(f"rank {c.thread}: input {_meta(c.inputs[0])} must hold {w} x output "
+                                  f"{_meta(c.outputs[0])}")
+    chunks = [_flat(c.inputs[0]).chunk(w) for c in calls]
+    for r, c in enumerate(calls):
+        reduced = _reduce([ch[r] for ch in chunks], c.params["reduce"])
+        _p(c.outputs[0]).copy_(reduced.view(c.outputs[0].shape))
+
+
+def _reduce_scatter(calls):
+    """List form: rank r's ``outputs[i]`` = reduction over ranks q of ``input_lists[i][r]``."""
+    _agree(calls, "reduce ops", lambda c: c.params["reduce"])
+    _agree(calls, "input tensors", lambda c: [[_meta(t) for t in ts] for ts in c.params["input_lists"]])
+    for r, c in enumerate(calls):
+        for i, out in enumerate(c.outputs):
+            parts = [_p(q.params["input_lists"][i][r]) for q in calls]
+            _p(out).copy_(_reduce(parts, c.params["reduce"]).view(out.shape))
+
+
+def _splits(c: Call, which: str, tensor: torch.Tensor, w: int) -> list:
+    sizes = list(c.params[which] or [])
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if not sizes:
+        if rows % w:
+            raise CollectiveError(f"rank {c.thread}: {rows} rows do not split evenly over {w} ranks; "
+                                  f"pass {which}")
+        return [rows // w] * w
+    if len(sizes) != w or sum(sizes) != rows:
+        raise CollectiveError(f"rank {c.thread}: {which} {sizes} must have {w} entries summing to {rows}")
+    return sizes
+
+
+def _offsets(sizes: list) -> list:
+    out, total = [], 0
+    for s in sizes:
+        out.append(total)
+        total += s
+    return out
+
+
+def _all_to_all_single(calls):
+    """Rank q sends rows [in_off_q[r], +in_split_q[r]) of its input to rank r, which stores
+    them at out_off_r[q] (dim 0); rank r's output_split[q] must equal rank q's input_split[r]."""
+    w = len(calls)
+    _agree(calls, "dtypes and row shapes", lambda c: (c.inputs[0].dtype, tuple(c.inputs[0].shape[1:])))
+    ins = [_splits(c, "input_split_sizes", c.inputs[0], w) for c in calls]
+    outs = [_splits(c, "output_split_sizes", c.outputs[0], w) for c in calls]
+    for q in range(w):
+        for r in range(w):
+            if ins[q][r] != outs[r][q]:
+                raise CollectiveError(f"rank {calls[q].thread} sends {ins[q][r]} rows to rank {calls[r].thread}, "
+                                      f"which expects {outs[r][q]} (input_split_sizes/output_split_sizes)")
+    sources = [_p(c.inputs[0]).clone() for c in calls]
+    for r, c in enumerate(calls):
+        dst, out_off = _p(c.outputs[0]), _offsets(outs[r])
+        for q in range(w):
+            start = _offsets(ins[q])[r]
+            dst[out_off[q]:out_off[q] + outs[r][q]].copy_(sources[q][start:start + ins[q][r]])
+
+
+def _all_to_all(calls):
+    """List form: rank r's ``outputs[q]`` receives rank q's ``inputs[r]``."""
+    w = len(calls)
+    for c in calls:
+        if len(c.inputs) != w or len(c.outputs) != w:
+            raise CollectiveError(f"rank {c.thread}: all_to_all needs {w} input and {w} output tensors")
+    sources = [[_p(t).clone() for t in c.inputs] for c in calls]
+    for r, c in enumerate(calls):
+        for q, out in enumerate(c.outputs):
+            if _meta(c.inputs[0])[1] != _meta(out)[1] or out.numel() != sources[q][r].numel():
+                raise CollectiveError(f"rank {c.thread}: output {q} {_meta(out)} cannot receive rank "
+                                      f"{calls[q].thread}'s input {r} {tuple(sources[q][r].shape)}")
+            _p(out).copy_(sources[q][r].view(out.shape))
+
+
+def _gather(calls):
+    _agree(calls, "roots", lambda c: c.params["root"])
+    root = calls[calls[0].params["root"]]
+    if len(root.outputs) != len(calls):
+        raise CollectiveError(f"rank {root.thread} (root): gather needs {len(calls)} output tensors")
+    for out, c in zip(root.outputs, calls):
+        _p(out).copy_(_p(c.inputs[0]).view(out.shape))
+
+
+def _scatter(calls):
+    _agree(calls, "roots", lambda c: c.params["root"])
+    root = calls[calls[0].params["root"]]
+    if len(root.inputs) != len(calls):
+        raise CollectiveError(f"rank {root.thread} (root): scatter needs {len(calls)} input tensors")
+    sources = [_p(t).clone() for t in root.inputs]
+    for c, src in zip(calls, sources):
+        _p(c.outputs[0]).copy_(src.view(c.outputs[0].shape))
+
+
+def _barrier(calls):
+    return None
+
+
+# ----------------------------------------------------------------------- MC2 (MoE EP)
+def _dispatch(calls):
+    """Expert-parallel dispatch across ranks (the multi-rank form of reference.py's
+    ``npu_moe_distribute_dispatch``): every rank plans its (token, k) rows locally
+    (``_dispatch_plan``); rank d receives the rows for its experts d*L..(d+1)*L-1, laid out by
+    (local expert, source rank, token order), and publishes the prefix sums of that layout as
+    ``ep_recv_counts``, so combine can find row ``ep_send_counts[e_local*W + r - 1] + slot``."""
+    from .ops import reference as ref
+
+    w = len(calls)
+    _agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
+           lambda c: (c.params["moe_expert_num"], c.params["quant_mode"], c.params["global_bs"],
+                      c.params["x"].shape[1], c.params["x"].dtype, c.params["expert_ids"].shape[1]))
+    first = calls[0].params
+    experts_total, k = first["moe_expert_num"], first["expert_ids"].shape[1]
+    local = experts_total // w
+    plans = []
+    for c in calls:
+        a = c.params
+        n = a["x"].shape[0]
+        mask = a["x_active_mask"]
+        active = mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool)
+        experts, slots, sent = ref._dispatch_plan(a["expert_ids"], active, experts_total)
+        rows = a["x"].to(torch.float32)[torch.arange(n * k) // k]
+        if a["scales"] is not None:
+            rows = rows * a["scales"].to(torch.float32)[experts]
+        weights = (a["expert_scales"].to(torch.float32).reshape(-1) if a["expert_scales"] is not None
+                   else None)
+        plans.append((experts, slots, sent, rows, weights))
+    for d, c in enumerate(calls):
+        out = c.params["out"]
+        received, weights, cum, per_expert = [], [], [], []
+        for e_local in range(local):
+            total = 0
+            for experts, _, sent, rows, w_rows in plans:
+                sel = (experts == d * local + e_local) & sent
+                received.append(rows[sel])
+                if w_rows is not None:
+                    weights.append(w_rows[sel])
+                total += int(sel.sum())
+                cum.append((cum[-1] if cum else 0) + int(sel.sum()))
+            per_expert.append(total)
+        rows = torch.cat(received)
+        capacity = out["expand_x"].shape[0]
+        if rows.shape[0] > capacity:
+            raise CollectiveError(f"rank {c.thread} receives {rows.shape[0]} rows but expand_x has {capacity} "
+                                  f"(global_bs * min(local experts, k)); raise global_bs")
+        if c.params["quantise"]:
+            rows, out["dynamic_scales"][:rows.shape[0]] = ref._pertoken_int8(rows)
+        out["expand_x"][:rows.shape[0]] = rows.to(out["expand_x"].dtype)
+        if out["expand_scales"].numel():
+            out["expand_scales"][:rows.shape[0]] = torch.cat(weights)
+        counts = torch.tensor(per_expert, dtype=torch.int64)
+        out["expert_token_nums"].copy_(counts.cumsum(0) if c.params["expert_token_nums_type"] == 0 else counts)
+        out["ep_recv_counts"].copy_(torch.tensor(cum, dtype=torch.int32))
+        out["expand_idx"].copy_(plans[d][1])
+
+
+def _combine(calls):
+    """The reverse all-to-all of dispatch plus the weighted sum over k, on each token's rank:
+    ``out[n] = sum_k expert_scales[n,k] * expand_x_d[ep_send_counts_d[e_local*W + r - 1] +
+    expand_idx[n*K+k]]`` with d the owner of expert e (+ shared_expert_x, masked tokens 0)."""
+    w = len(calls)
+    _agree(calls, "moe_expert_num / hidden size / dtype",
+           lambda c: (c.params["moe_expert_num"], c.params["expand_x"].shape[1], c.params["expand_x"].dtype))
+    local = calls[0].params["moe_expert_num"] // w
+    starts = [torch.cat((torch.zeros(1, dtype=torch.int64), c.params["ep_send_counts"].to(torch.int64)))
+              for c in calls]
+    expand = [c.params["expand_x"].to(torch.float32) for c in calls]
+    for r, c in enumerate(calls):
+        a = c.params
+        n, k = a["expert_ids"].shape
+        experts = a["expert_ids"].to(torch.int64).reshape(-1)
+        slots = a["expand_idx"].to(torch.int64).reshape(-1)
+        mask = a["x_active_mask"]
+        active = (mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool))
+        active = active.unsqueeze(1).expand(n, k).reshape(-1)
+        rows = torch.zeros(n * k, expand[0].shape[1])
+        owners = experts // local
+        for owner in range(w):
+            sel = active & (owners == owner)
+            index = starts[owner][(experts[sel] % local) * w + r] + slots[sel]
+            rows[sel] = expand[owner][index]
+        out = (rows.reshape(n, k, -1) * a["expert_scales"].to(torch.float32).unsqueeze(-1)).sum(1)
+        if a["shared_expert_x"] is not None:
+            out = out + a["shared_expert_x"].to(torch.float32)
+        if mask is not None:
+            out = out * mask.to(torch.float32).unsqueeze(-1)
+        a["out"]["out"].copy_(out.to(a["out"]["out"].dtype))
+
+
+MATH = {
+    "all_reduce": _all_reduce, "reduce": _reduce_to_root, "broadcast": _broadcast,
+    "all_gather": _all_gather, "all_gather_into_tensor": _all_gather_into_tensor,
+    "reduce_scatter": _reduce_scatter, "reduce_scatter_tensor": _reduce_scatter_tensor,
+    "all_to_all": _all_to_all, "all_to_all_single": _all_to_all_single,
+    "gather": _gather, "scatter": _scatter, "barrier": _barrier,
+    "npu_moe_distribute_dispatch": _dispatch, "npu_moe_distribute_combine": _combine,
+}
+
+
+# ------------------------------------------------------------------ tensors and devices
+def _device_of(call: Call, default: int) -> int:
+    """The one NPU all of ``call``'s tensors live on (``default`` for a barrier)."""
+    tensors = list(call.inputs) + list(call.outputs)
+    for t in tensors:
+        if not isinstance(t, NpuTensor):
+            raise ValueError(f"{call.op}: the HCCL backend takes NPU tensors, got a tensor on {t.device} "
+                             f"(move it with .npu())")
+    devices = sorted({t.device.index for t in tensors})
+    if len(devices) > 1:
+        raise ValueError(f"{call.op}: tensors on several devices ({', '.join(f'npu:{d}' for d in devices)}); "
+                         f"a rank's collectives use its own NPU")
+    return devices[0] if devices else default
+
+
+# ------------------------------------------------------------------------ MC2 kernels
+MC2_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
+_mc2_library = None
+
+
+def install() -> None:
+    """Route the multi-rank MC2 ops on NPU tensors to the job (once per process).
+
+    The kernels sit on ``AutogradPrivateUse1``, above the NPU tensors' Python dispatch: with
+    ``ep_world_size`` 1, fake tensors (tracing) or no ``run_ranks`` they re-dispatch to the
+    ordinary path (reference.py's single-rank math); otherwise ``_mc2`` exchanges the rows.
+    """
+    global _mc2_library
+    if _mc2_library is not None:
+        return
+    import inspect
+
+    from .ops import reference as ref
+
+    _mc2_library = torch.library.Library("npu", "IMPL")
+    for name in MC2_OPS:
+        overload = getattr(torch.ops.npu, name).default
+        _mc2_library.impl(name, _mc2_kernel(name, overload, inspect.signature(getattr(ref, name))),
+                          "AutogradPrivateUse1")
+
+
+def _mc2_kernel(name: str, overload, signature):
+    def kernel(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        tensors = [v for v in a.values() if isinstance(v, torch.Tensor)]
+        real = all(isinstance(t, NpuTensor) and t._payload.device.type == "cpu" and
+                   type(t._payload) is torch.Tensor for t in tensors)
+        if not real or (a["ep_world_size"] <= 1 and a["tp_world_size"] <= 1):
+            with torch._C._AutoDispatchBelowAutograd():
+                return overload(*args, **kwargs)
+        return _mc2(name, dict(a))
+    kernel.__name__ = f"{name}_multi_rank"
+    return kernel
+
+
+def _mc2(name: str, a: dict):
+    world = a["ep_world_size"]
+    b = binding()
+    if b is None:
+        raise RuntimeError(f"{name}: ep_world_size={world} needs {world} ranks: run the rank function with "
+                           f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as group_ep")
+    job, rank = b
+    comm = job.by_name(a["group_ep"])
+    if comm is None:
+        raise RuntimeError(f"{name}: group_ep={a['group_ep']!r} is not an HCCL communicator of this rank; get it "
+                           f"with pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
+    if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
+        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
+                                  f"quantised communication are not emulated by pytest-npugraph")
+    if name.endswith("combine") and (a["activation_scale"] is not None or a["weight_scale"] is not None):
+        raise NotImplementedError(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
+    if world != len(comm.members) or a["ep_rank_id"] != comm.members.index(rank):
+        raise RuntimeError(f"{name} on rank {rank}: ep_world_size={world}, ep_rank_id={a['ep_rank_id']}, but "
+                           f"{comm.name!r} has {len(comm.members)} ranks and this is rank "
+                           f"{comm.members.index(rank)} of it")
+    if a["moe_expert_num"] % world:
+        raise RuntimeError(f"{name}: moe_expert_num={a['moe_expert_num']} is not a multiple of "
+                           f"ep_world_size={world}")
+    params = {k: (v._payload if isinstance(v, NpuTensor) else v) for k, v in a.items()}
+    out = _dispatch_outputs(params, world) if name.endswith("dispatch") else _combine_outputs(params)
+    params["out"] = out
+    device = next(v for v in a.values() if isinstance(v, NpuTensor)).device.index
+    outputs = {k: wrap(v, device) for k, v in out.items()}
+    inputs = tuple(v for v in a.values() if isinstance(v, NpuTensor))
+    job.issue(comm, rank, Call(name, f"npu::{name}", inputs, tuple(outputs.values()), params))
+    values = tuple(outputs.values())
+    return values if len(values) > 1 else values[0]
+
+
+def _dispatch_outputs(p: dict, world: int) -> dict:
+    """Zeroed outputs of dispatch, shaped as reference.py's (rows past the received ones stay 0)."""
+    if p["quant_mode"] not in (0, 2):
+        raise NotImplementedError(f"npu_moe_distribute_dispatch: quant_mode={p['quant_mode']} is not emulated")
+    n, h = p["x"].shape
+    k = p["expert_ids"].shape[1]
+    local = p["moe_expert_num"] // world
+    rows = (p["global_bs"] or n * world) * min(local, k)
+    p["quantise"] = p["quant_mode"] == 2 or p["scales"] is not None
+    return {
+        "expand_x": torch.zeros(rows, h, dtype=torch.int8 if p["quantise"] else p["x"].dtype),
+        "dynamic_scales": torch.zeros(rows, dtype=torch.float32),
+        "expand_idx": torch.zeros(n * k, dtype=torch.int32),
+        "expert_token_nums": torch.zeros(local, dtype=torch.int64),
+        "ep_recv_counts": torch.zeros(world * local, dtype=torch.int32),
+        "tp_recv_counts": torch.zeros(p["tp_world_size"], dtype=torch.int32),
+        "expand_scales": torch.zeros(rows if p["expert_scales"] is not None else 0, dtype=torch.float32),
+    }
+
+
+def _combine_outputs(p: dict) -> dict:
+    return {"out": torch.zeros(p["expert_ids"].shape[0], p["expand_x"].shape[1], dtype=p["expand_x"].dtype)}

@@ -1,0 +1,349 @@
+"""reduce-overhead mode (aclgraph): one NPU graph capture per graph key, replayed on later calls
+(reference torchair_api.md §4; TorchAir's ``AclConcreteGraph`` + ``AclGraph``).
+
+Per call: graph key -> capture (first time, or a recapture when a mutated input moved or the current
+stream's core limit changed; ``static_capture_size_limit`` captures at most, then eager for good) ->
+copy the inputs in -> replay on the current stream -> outputs at their fixed addresses.
+
+Inputs are classified as TorchAir does: parameters/buffers (static: their addresses are part of the
+key unless ``frozen_parameter``), mutated user inputs (used in place; moving them recaptures), inputs
+aliased by an output (kept; copied into when they move) and user inputs (``clone_input``: copied
+every call into pool buffers made at capture, freed after it so other captures may reuse them;
+otherwise copied into the first call's tensor when they move).
+
+Memory-reuse modes: a custom pool (``aclgraph_config.use_custom_pool``, which also turns off reuse
+within the FX graph) is shared by every graph of the config; otherwise each FX graph has its own
+pool, and unless ``disable_mempool_reuse_in_same_fx`` every capture of a second or later key starts
+from the pool's empty state, so live outputs of other keys go stale and their addresses are reused.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch._dynamo.utils import counters
+
+from .. import graphs as _graphs
+from .. import profiles
+from ..callsite import user_site
+from ..runtime import current
+from ..tensor import NpuTensor, span
+from . import aclgraph_passes as passes
+from . import fxgraph
+from .records import GraphOp, GraphRecord
+from .runner import Runner, record_node, wait_node
+
+_OUTPUT_WARNING = (
+    "Because acl graph fixes memory addresses, acl graphs do not have a great way of handling live tensors from "
+    "a previous invocation. The retained memory of acl graph output tensors will be overwritten by subsequent "
+    "executions, which may cause precision issues. See "
+    "https://docs.pytorch.org/docs/main/torch.compiler_cudagraph_trees.html#limitations for more details. To "
+    "resolve this, you can either: 1. Remove the memory retention of all the output tensors in your script; "
+    "2. Enable debug option by setting debug.aclgraph.enable_output_clone=True.")
+
+
+def check_pool(pool) -> None:
+    if pool is not None and not (isinstance(pool, tuple) and len(pool) == 2 and isinstance(pool[0], int)
+                                 and isinstance(pool[1], int) and pool[0] * pool[1] == 0):
+        raise TypeError(f"Invalid graph pool handle type, got value={pool}, type={type(pool).__name__}")
+
+
+@dataclass
+class GraphMeta:
+    """One captured graph key."""
+
+    key: str
+    graph: Any                                   # torch_npu.npu.NPUGraph
+    cube: Optional[int] = None                   # current stream's limits when captured
+    vector: Optional[int] = None
+    parameter_ptrs: dict = field(default_factory=dict)
+    mutated_ptrs: dict = field(default_factory=dict)
+    copy_in: list = field(default_factory=list)   # (input index, payload, span, data_ptr or None: always)
+    retained: dict = field(default_factory=dict)  # input index -> the capture-time tensor (kept alive)
+    outputs: tuple = ()                           # the capture-time outputs (static buffers)
+    returned: list = field(default_factory=list)  # weak refs to the last returned outputs
+
+
+class AclConcreteGraph:
+    """A compiled FX graph in reduce-overhead mode; calling it runs one step as above."""
+
+    def __init__(self, gm, config, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False):
+        self.config = config
+        self.name = name
+        self.pool_config = config.aclgraph_config.use_custom_pool
+        check_pool(self.pool_config)
+        if self.pool_config is not None:
+            config.debug.aclgraph.disable_mempool_reuse_in_same_fx = True
+        debug = config.debug.aclgraph
+        self.clone_input = bool(debug.clone_input)
+        self.reuse_in_fx = not debug.disable_mempool_reuse_in_same_fx
+        self.clone_output = bool(debug.enable_output_clone)
+        self.limit = int(debug.static_capture_size_limit.value)
+        self.frozen = bool(config.experimental_config.frozen_parameter)
+        self.eager = eager or bool(config.debug.run_eagerly)
+        self._parse_inputs(gm, set(mutated_user_inputs), set(static_input_idxs))
+        self.tagged_event_names: list = []
+        self.labels: set = set()
+        _, enter_labels, exit_names = passes.apply_event_closure_with_multi_stream(
+            gm, name, self.tagged_event_names, self.labels)
+        passes.apply_event_record(gm)
+        gm.graph.eliminate_dead_code()
+        passes.replace_core_limit_nodes(gm, config)
+        gm.recompile()
+        fxgraph.stream_labels(gm)
+        self.gm = gm
+        self.ops = [GraphOp(n.name, fxgraph.target_name(n), n.meta.get("stream_label"))
+                    for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+        self.runner = _AclRunner(gm, enter_labels, set(exit_names))
+        self.generation = None
+        self.record = None
+
+    # ---------------------------------------------------------------- compile time
+    def _parse_inputs(self, gm, mutated: set, static: set) -> None:
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        metas = [n.meta.get("val") for n in placeholders]
+        self.parameters, self.user_inputs, self.tensor_inputs = [], OrderedDict(), {}
+        for i, (node, meta) in enumerate(zip(placeholders, metas)):
+            if not isinstance(meta, torch.Tensor):
+                continue
+            self.tensor_inputs[i] = meta
+            if (i in static or hasattr(meta, "_dynamo_static_input_type") or hasattr(meta, "_torchair_is_parameter")
+                    or isinstance(meta, torch.nn.Parameter)):
+                self.parameters.append(i)
+            else:
+                self.user_inputs.setdefault(node.target, i)
+        self.mutated = {i for name, i in self.user_inputs.items() if name in mutated}
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.ref_with_output: dict = {}
+        for out_index, arg in enumerate(output.args[0]):
+            meta = getattr(arg, "meta", {}).get("val") if hasattr(arg, "meta") else None
+            if not isinstance(meta, torch.Tensor):
+                continue
+            for i, input_meta in self.tensor_inputs.items():
+                if torch._C._is_alias_of(input_meta, meta):
+                    self.ref_with_output.setdefault(i, []).append(out_index)
+        self.key_inputs = self._key_inputs(placeholders, metas)
+
+    @staticmethod
+    def _key_inputs(placeholders, metas) -> list:
+        """(index, is_symint) of the inputs whose values/shapes pick the graph key."""
+        symbols = {m.node.expr for m in metas if isinstance(m, torch.SymInt)}
+        chosen = []
+        for i, (node, meta) in enumerate(zip(placeholders, metas)):
+            if not node.users:
+                continue
+            if isinstance(meta, torch.SymInt):
+                chosen.append((i, True))
+            elif isinstance(meta, torch.Tensor):
+                free = {s for d in meta.shape if isinstance(d, torch.SymInt) for s in d.node.expr.free_symbols}
+                if free and not free <= symbols:
+                    chosen.append((i, False))
+        return chosen
+
+    def graph_key(self, args) -> str:
+        if not self.key_inputs:
+            key = "no_updated_input"
+        else:
+            key = str([args[i] if sym else list(args[i].shape) for i, sym in self.key_inputs])
+        if not self.frozen and self.parameters:
+            key += str(hash(tuple(args[i].data_ptr() for i in self.parameters)))
+        return key
+
+    # -------------------------------------------------------------------- run time
+    def _start_test(self, rt) -> None:
+        """Fresh per-test state: a compiled graph can outlive the test that compiled it."""
+        self.generation = rt.generation
+        self.metas: dict = {}
+        self.captured = False
+        self.fallback = False
+        self.stream = None
+        self.pool = None
+        self.warned = False
+        self.runner.label_streams = {}
+        self.record = GraphRecord(self.name, self.config.mode.value, self.ops, fx_graph=self.gm)
+        rt.graphs.append(self.record)
+
+    def __call__(self, *args):
+        rt = current()
+        if self.generation != rt.generation:
+            self._start_test(rt)
+        self.record.runs += 1
+        if not self.runner.label_streams:
+            passes.create_events(self.tagged_event_names)
+            self.runner.label_streams = {label: torch.npu.Stream()._state for label in sorted(self.labels)}
+        if self.eager:
+            return self.runner.run(*args)
+        key = self.compile(rt, args)
+        if self.fallback:
+            return self.runner.run(*args)
+        meta = self.metas[key]
+        self.process_input(rt, meta, args)
+        meta.graph.replay()
+        self.record.replays += 1
+        return self.reconstruct_outputs(rt, meta)
+
+    def compile(self, rt, args) -> str:
+        import torch_npu
+
+        if not self.captured:
+            self.stream = torch.npu.Stream()
+            self.pool = self.pool_config if self.pool_config is not None else torch.npu.graph_pool_handle()
+            with torch_npu.npu.graph(torch_npu.npu.NPUGraph(), pool=self.pool, stream=self.stream):
+                pass    # TorchAir initialises the pool with an empty capture
+            self.captured = True
+        if self.fallback:
+            return "fallback_to_eager"
+        key = self.graph_key(args)
+        if key in self.metas and not self._needs_recapture(key, args):
+            return key
+        recapture = key in self.metas
+        if len(self.metas) == self.limit:
+            self._fall_back(key)
+            return "fallback_to_eager"
+        old = self.metas.get(key)
+        self._capture(rt, key, args)
+        if recapture:
+            self.record.recaptures += 1
+            old.graph.reset()
+        return key
+
+    def _needs_recapture(self, key, args) -> bool:
+        meta = self.metas[key]
+        for i, ptr in meta.mutated_ptrs.items():
+            if args[i].data_ptr() != ptr:
+                counters["npugraph_ex"]["recapture_due_to_mutated_input_change_" + self.name] += 1
+                return True
+        limits = torch.npu.get_stream_limit(torch.npu.current_stream())
+        if (limits["cube_core_num"], limits["vector_core_num"]) != (meta.cube, meta.vector):
+            counters["npugraph_ex"]["recapture_due_to_global_limit_core_change_" + self.name] += 1
+            return True
+        return False
+
+    def _fall_back(self, key) -> None:
+        msg = (f"The static_capture_size_limit reached when capturing fx_graph {self.name} with graph key {key}, we "
+               f"will fall back to eager for all subsequent executions. Excessive recapture can degrade performance "
+               f"due to the each recapture overhead, and result in unexpected resources consumption, including "
+               f"stream, memory, etc. This may lead to program error: The resources are insufficient. The current "
+               f"static_capture_size_limit is {self.limit}. If recapture are expected, consider increasing "
+               f"debug.aclgraph.static_capture_size_limit to an appropriate value.")
+        warnings.warn(msg)
+        self.fallback = True
+        torch.npu.synchronize()
+        for name in ("captured_", "recapture_due_to_mutated_input_change_", "recapture_due_to_global_limit_core_change_"):
+            counters["npugraph_ex"].pop(name + self.name, None)
+        for meta in self.metas.values():
+            meta.graph.reset()
+        self.metas = {}
+        self.record.captures = 0
+        self.record.fallback_to_eager = True
+        torch.npu.empty_cache()
+
+    def _capture(self, rt, key, args) -> None:
+        import torch_npu
+
+        if self.reuse_in_fx and self.metas and key not in self.metas:
+            # start from the pool's original (empty) state: outputs of other keys go stale
+            _graphs.reset_pool(rt, self.stream.device_index, self.pool)
+        meta = self.metas[key] = GraphMeta(key, torch_npu.npu.NPUGraph())
+        counters["npugraph_ex"]["captured_" + self.name] = len(self.metas)
+        self.record.captures = len(self.metas)
+        if key not in self.record.keys:
+            self.record.keys.append(key)
+        meta.parameter_ptrs = {i: args[i].data_ptr() for i in self.parameters}
+        meta.mutated_ptrs = {i: args[i].data_ptr() for i in self.mutated}
+        limits = torch.npu.get_stream_limit(torch.npu.current_stream())
+        meta.cube, meta.vector = limits["cube_core_num"], limits["vector_core_num"]
+        torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
+        meta.graph._label = f"{self.name}[{key}]"
+        inputs = list(args)
+        with torch_npu.npu.graph(meta.graph, pool=self.pool, stream=self.stream):
+            for i in self.user_inputs.values():
+                if i in self.mutated or not isinstance(inputs[i], torch.Tensor):
+                    continue
+                cloned = i not in self.ref_with_output and self.clone_input and inputs[i].is_npu
+                if cloned:
+                    buffer = torch.empty_like(inputs[i], memory_format=torch.contiguous_format)
+                    buffer._payload.copy_(inputs[i]._payload)   # so the capture computes on the real values
+                    inputs[i] = buffer
+                else:
+                    meta.retained[i] = inputs[i]
+                t = inputs[i]
+                meta.copy_in.append((i, getattr(t, "_payload", t), span(t) if isinstance(t, NpuTensor) else None,
+                                     None if cloned else t.data_ptr()))
+            outputs = self.runner.run(*inputs)
+        meta.outputs = tuple(outputs)
+
+    def process_input(self, rt, meta, args) -> None:
+        """Copy this call's inputs into the memory the graph reads: every call into the cloned-input
+        buffers, otherwise only inputs that moved (one copy task on the current stream)."""
+        reads, writes = [], []
+        for i, payload, dst, ptr in meta.copy_in:
+            src = args[i]
+            if ptr is not None and src.data_ptr() == ptr:
+                continue
+            src_payload = getattr(src, "_payload", src)
+            if src_payload is payload:
+                continue
+            payload.copy_(src_payload)
+            if isinstance(src, NpuTensor) and span(src) is not None:
+                reads.append(span(src))
+            if dst is not None:
+                writes.append(dst)
+        if writes:
+            op = "aten::_foreach_copy_" if len(writes) > 1 else "aten::copy_"
+            rt.kernel(rt.current_stream(), op, reads, writes, cores=profiles.COPY, site=user_site(2))
+
+    def reconstruct_outputs(self, rt, meta) -> list:
+        """This call's outputs: handles onto the static output buffers (cloned with
+        ``enable_output_clone``, except outputs aliasing an input)."""
+        outputs = [NpuTensor(t._payload, t.device.index, t._block) if isinstance(t, NpuTensor) else t
+                   for t in meta.outputs]
+        if self.reuse_in_fx and len(self.metas) > 1 and not self.clone_output and not self.warned:
+            if not all(ref() is not None for ref in meta.returned):
+                warnings.warn(_OUTPUT_WARNING)
+                self.warned = True
+        meta.returned = [weakref.ref(t) for t in outputs if isinstance(t, torch.Tensor)]
+        if self.clone_output:
+            aliased = {j for outs in self.ref_with_output.values() for j in outs}
+            outputs = [t.clone() if isinstance(t, torch.Tensor) and j not in aliased else t
+                       for j, t in enumerate(outputs)]
+        rt.marker("graph_outputs", rt.current_stream(),
+                  detail=(self.name, meta.key, self.record.replays,
+                          tuple(span(t) for t in outputs if isinstance(t, NpuTensor))), site=user_site(2))
+        return outputs
+
+
+class _AclRunner(Runner):
+    """The generated ``forward`` of TorchAir's codegen: stream scopes run inside
+    ``with torch.npu.stream(<label's stream>)`` blocks, ``air.record``/``air.wait`` become events."""
+
+    def __init__(self, gm, enter_labels: dict, exits: set):
+        super().__init__(gm)
+        self.enter_labels = enter_labels
+        self.exits = exits
+        self.label_streams: dict = {}
+
+    def begin(self, rt, args) -> None:
+        self.saved = [rt.current_stream()]
+
+    def end(self, rt) -> None:
+        rt.set_current_stream(self.saved[0])
+
+    def execute(self, rt, node, args, kwargs):
+        name = fxgraph.target_name(node)
+        if name == "air.record.default":
+            return record_node(rt)
+        if name == "air.wait.default":
+            return wait_node(args[0])
+        result = self.call(node, args, kwargs)
+        label = self.enter_labels.get(node.name)
+        if label is not None:
+            self.saved.append(rt.current_stream())
+            rt.set_current_stream(self.label_streams[label])
+        elif node.name in self.exits:
+            rt.set_current_stream(self.saved.pop())
+        return result

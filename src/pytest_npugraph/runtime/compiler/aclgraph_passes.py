@@ -1,0 +1,151 @@
+"""TorchAir's reduce-overhead FX passes that shape what a capture contains (reference §1.4, §2.3):
+
+* ``apply_event_closure_with_multi_stream``: every stream scope is forked from the capture stream at
+  graph start and joined back before the output (tagged events ``<graph>_<node>``, created inside);
+* ``apply_event_record``: each ``air.wait`` gets an ``air.record`` after every producer it waits for;
+* ``replace_core_limit_nodes``: ``limit_core_num`` scopes become ``set_stream_limit`` calls on the
+  current stream, restored on exit; a stream scope nested in one inherits its limit.
+"""
+from __future__ import annotations
+
+import operator
+import warnings
+
+import torch
+
+from . import fxgraph
+from .events import create_internal_event
+
+_CORE_KEYS = {"_op_aicore_num", "_op_vectorcore_num"}
+_SWITCH_KEYS = {"_user_stream_label", "_user_stream_priority"}
+
+
+def apply_event_closure_with_multi_stream(gm, graph_name: str, tagged_event_names: list, user_stream_label: set):
+    """Returns ``(multi_stream_enabled, {enter node name: label}, [exit node names])``."""
+    enters, exits, enter_labels, exit_names, stack = [], [], {}, [], []
+    for node in gm.graph.nodes:
+        name = fxgraph.target_name(node)
+        if name == fxgraph.SCOPE_ENTER:
+            node.kwargs = {**node.kwargs, "need_execute": True}
+            if node.args and fxgraph.STREAM_LABEL in node.args[0]:
+                enters.append(node)
+                label = node.args[1][0]
+                user_stream_label.add(label)
+                enter_labels[node.name] = label
+            stack.append(node)
+        elif name == fxgraph.SCOPE_EXIT:
+            node.kwargs = {**node.kwargs, "need_execute": True}
+            if stack and stack[-1].args and fxgraph.STREAM_LABEL in stack[-1].args[0]:
+                exits.append(node)
+                exit_names.append(node.name)
+            stack.pop()
+    if not enters:
+        return False, enter_labels, exit_names
+    first = next(iter(gm.graph.nodes))
+    enter_tag = f"{graph_name}_{first.name}"
+    tagged_event_names.append(enter_tag)
+    with gm.graph.inserting_before(first):
+        gm.graph.call_function(torch.ops.air.tagged_event_record.default, args=(enter_tag, True))
+    for node in enters:
+        with gm.graph.inserting_after(node):
+            gm.graph.call_function(torch.ops.air.tagged_event_wait.default, args=(enter_tag, True))
+    output = list(gm.graph.nodes)[-1]
+    if output is None or output.op != "output":
+        raise RuntimeError(f"Graph must have output node as last node, but got {output}")
+    for node in exits:
+        exit_tag = f"{graph_name}_{node.name}"
+        tagged_event_names.append(exit_tag)
+        with gm.graph.inserting_before(node):
+            gm.graph.call_function(torch.ops.air.tagged_event_record.default, args=(exit_tag, True))
+        with gm.graph.inserting_before(output):
+            gm.graph.call_function(torch.ops.air.tagged_event_wait.default, args=(exit_tag, True))
+    gm.graph.lint()
+    return True, enter_labels, exit_names
+
+
+def create_events(tagged_event_names) -> None:
+    """The internal events of a graph, in this test (TorchAir: on the generated module's first run)."""
+    for tag in tagged_event_names:
+        create_internal_event(tag)
+
+
+def apply_event_record(gm) -> None:
+    recorded: dict = {}
+    for node in gm.graph.nodes:
+        if fxgraph.target_name(node) != "air.wait.default":
+            continue
+        new_args = []
+        for waited in node.args[0]:
+            if fxgraph.target_name(waited) == "air.record.default":
+                new_args.append(waited)
+            elif waited in recorded:
+                new_args.append(recorded[waited])
+            else:
+                with gm.graph.inserting_after(waited):
+                    recorded[waited] = gm.graph.call_function(torch.ops.air.record.default, args=())
+                new_args.append(recorded[waited])
+        node.args = (new_args,)
+    gm.graph.lint()
+
+
+def replace_core_limit_nodes(gm, config) -> None:
+    scopes, limits = [], []     # kind per open scope; [stream node, saved cube, saved vector, cube, vector]
+    enabled = False
+    for node in list(gm.graph.nodes):
+        name = fxgraph.target_name(node)
+        if name == fxgraph.SCOPE_ENTER:
+            _enter(gm, node, scopes, limits)
+        elif name == fxgraph.SCOPE_EXIT:
+            _exit(gm, node, scopes, limits)
+        enabled = enabled or bool(limits)
+    if enabled and config.experimental_config.aclgraph._aclnn_static_shape_kernel:
+        from torch_npu.npu.utils import _is_gte_cann_version
+
+        if not _is_gte_cann_version("9.0.0", module="CANN"):
+            config.experimental_config.aclgraph._aclnn_static_shape_kernel = False
+            warnings.warn("When both static shape kernel and core limit are enabled, only core limit will take "
+                          "effect, static shape kernel will be disabled. CANN 9.0.0 or later supports enabling "
+                          "both features.")
+
+
+def _enter(gm, node, scopes, limits) -> None:
+    keys = set(node.args[0])
+    if _CORE_KEYS <= keys:
+        cube, vector = node.args[1][node.args[0].index("_op_aicore_num")], \
+            node.args[1][node.args[0].index("_op_vectorcore_num")]
+        with gm.graph.inserting_before(node):
+            stream = gm.graph.call_function(torch.npu.current_stream)
+            got = gm.graph.call_function(torch.npu.get_stream_limit, args=(stream,))
+            saved_cube = gm.graph.call_function(operator.getitem, args=(got, "cube_core_num"))
+            saved_vector = gm.graph.call_function(operator.getitem, args=(got, "vector_core_num"))
+            setter = gm.graph.call_function(torch.npu.set_stream_limit, args=(stream, int(cube), int(vector)))
+        node.replace_all_uses_with(setter)
+        gm.graph.erase_node(node)
+        limits.append([stream, saved_cube, saved_vector, cube, vector])
+        scopes.append("core_limit")
+    elif _SWITCH_KEYS <= keys and limits:
+        cube, vector = limits[-1][3], limits[-1][4]
+        with gm.graph.inserting_after(node):
+            stream = gm.graph.call_function(torch.npu.current_stream)
+        with gm.graph.inserting_after(stream):
+            got = gm.graph.call_function(torch.npu.get_stream_limit, args=(stream,))
+        with gm.graph.inserting_after(got):
+            gm.graph.call_function(torch.npu.set_stream_limit, args=(stream, int(cube), int(vector)))
+            saved_vector = gm.graph.call_function(operator.getitem, args=(got, "vector_core_num"))
+            saved_cube = gm.graph.call_function(operator.getitem, args=(got, "cube_core_num"))
+        limits.append([stream, saved_cube, saved_vector, cube, vector])
+        scopes.append("stream_switch")
+    else:
+        scopes.append("other")
+
+
+def _exit(gm, node, scopes, limits) -> None:
+    kind = scopes.pop()
+    if kind == "other":
+        return
+    stream, saved_cube, saved_vector, _, _ = limits.pop()
+    with gm.graph.inserting_after(node):
+        restore = gm.graph.call_function(torch.npu.set_stream_limit, args=(stream, saved_cube, saved_vector))
+    if kind == "core_limit":
+        node.replace_all_uses_with(restore)
+        gm.graph.erase_node(node)

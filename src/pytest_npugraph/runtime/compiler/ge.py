@@ -1,0 +1,189 @@
+"""GE mode (``max-autotune``): the Graph Engine runs the whole FX graph on its own streams.
+
+What the emulation keeps of GE (reference torchair_api.md §1.3, §7.1, §7.4):
+* every op runs on a GE stream: the graph's main stream, or the stream of its ``npu_stream_switch``
+  tag (same tag, same stream, within the graph);
+* the graph is ordered after earlier work on the launching stream (fork at start) and later work
+  on it is ordered after the whole graph (join at the end);
+* the compiler synchronises every data edge between streams: an event recorded after the producer
+  and waited before the first consumer on each other stream;
+* ``npu_wait_tensor(a, b)`` is an Identity of ``a`` on its scope's stream with a control edge from
+  ``b``'s producer; ``torchair.ops.record/wait`` become the same kind of edge;
+* ``limit_core_num`` is per op (the kernel's limits), ``ge_config.aicore_num`` ("A|V") per graph;
+* tagged events are rejected when the graph is converted (NotImplementedError, as GE's converters).
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..runtime import current
+from . import fxgraph
+from .records import GraphOp, GraphRecord
+from .runner import Runner, record_node, wait_node
+
+GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned streams (outside torch_npu's encodings)
+_SKIPPED = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT}
+_REJECTED = ("air.tagged_event_record", "air.tagged_event_wait", "air.record_tagged_stream",
+             "air.tagged_event_record_on_stream", "air.tagged_event_wait_on_stream", "air.tagged_stream_wait_stream")
+
+
+def internal_stream(rt, device: int, label: str):
+    """A stream owned by a compiled graph (GE's streams have no torch handle of their own)."""
+    ids = rt.extensions.setdefault("compiler.stream_ids", itertools.count())
+    stream_id = GRAPH_STREAM_BASE + next(ids)
+    state = rt.new_stream(device, stream_id, f"npu:{device}/{label}")
+    rt.devices[device].streams[stream_id] = state
+    return state
+
+
+def parse_aicore_num(value, device):
+    """``ge_config.aicore_num`` "A|V" (or "A|" / "A") -> (cube, vector) limits clamped to the chip."""
+    if value is None:
+        return None, None
+    cube, _, vector = str(value).partition("|")
+    return (min(int(cube), device.cube_cores) if cube.strip() else None,
+            min(int(vector), device.vector_cores) if vector.strip() else None)
+
+
+class GeGraph:
+    """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
+
+    def __init__(self, gm, config, name: str):
+        for node in gm.graph.nodes:
+            if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
+                raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!")
+        self.gm = gm
+        self.name = name
+        self.aicore_num = config.ge_config.aicore_num.value
+        self.scope = fxgraph.scopes(gm)
+        self.lane = self._lanes(gm)
+        self.ops = [GraphOp(n.name, fxgraph.target_name(n), self.lane[n]) for n in gm.graph.nodes
+                    if n.op not in ("placeholder", "output")]
+        self.record = None
+        self._plan_edges(gm)
+        self._runner = _GeRunner(self)
+        self._generation = None
+        self.streams: dict = {}
+        self.events: dict = {}
+
+    # ---------------------------------------------------------------- compile time
+    def _lanes(self, gm) -> dict:
+        lanes = {}
+        for node in gm.graph.nodes:
+            if node.op in ("placeholder", "get_attr", "output"):
+                lanes[node] = None
+            elif fxgraph.target_name(node) == "<built-in function getitem>":
+                lanes[node] = lanes[node.args[0]]      # a piece of its producer's result
+            else:
+                lanes[node] = self.scope[node].stream
+        return lanes
+
+    def _plan_edges(self, gm) -> None:
+        """Which events each node records after it and waits for before it (data edges between
+        streams; graph inputs are covered by the fork)."""
+        self.waits: dict = {}
+        self.after: dict = {}
+        waited = set()
+        for node in gm.graph.nodes:
+            if node.op in ("placeholder", "get_attr", "output") or fxgraph.target_name(node) in _SKIPPED:
+                continue
+            lane = self.lane[node]
+            for src in node.all_input_nodes:
+                if src.op in ("placeholder", "get_attr") or self.lane[src] == lane:
+                    continue
+                producer = src
+                while fxgraph.target_name(producer) == "<built-in function getitem>":
+                    producer = producer.args[0]
+                if (producer, lane) not in waited:
+                    waited.add((producer, lane))
+                    self.after.setdefault(producer, []).append((producer, lane))
+                    self.waits.setdefault(node, []).append((producer, lane))
+
+    # -------------------------------------------------------------------- run time
+    def _setup(self, rt, device: int) -> None:
+        """This test's GE streams and events (a compiled graph may outlive a test)."""
+        d = rt.devices[device]
+        cube, vector = parse_aicore_num(self.aicore_num, d)
+        self.streams = {}
+        for lane in sorted({lane for lane in self.lane.values()}, key=lambda x: (x is not None, str(x))):
+            name = f"{self.name}:main" if lane is None else f"{self.name}:tag '{lane}'"
+            state = self.streams[lane] = internal_stream(rt, device, name)
+            state.cube_limit, state.vector_limit = cube, vector
+        self.events = {edge: rt.new_event(f"{self.name} edge") for waits in self.waits.values() for edge in waits}
+        self.fork = rt.new_event(f"{self.name} fork")
+        self.joins = {lane: rt.new_event(f"{self.name} join") for lane in self.streams}
+        self._generation = (rt.generation, device)
+        self.record = GraphRecord(self.name, "max-autotune", self.ops, fx_graph=self.gm)
+        rt.graphs.append(self.record)
+
+    def __call__(self, *args):
+        rt = current()
+        device = _device_of(args, rt)
+        if self._generation != (rt.generation, device):
+            self._setup(rt, device)
+        self.record.runs += 1
+        return self._runner.run(*args)
+
+
+class _GeRunner(Runner):
+    def __init__(self, graph: GeGraph):
+        super().__init__(graph.gm)
+        self.graph = graph
+
+    def begin(self, rt, args) -> None:
+        g = self.graph
+        self.device = _device_of(args, rt)
+        self.launch = rt.current_stream(self.device)
+        rt.record_event(g.fork, self.launch)
+        for stream in g.streams.values():
+            rt.wait_event(g.fork, stream)
+
+    def finish(self, rt, outputs):
+        g = self.graph
+        main = g.streams[None]
+        for lane, stream in g.streams.items():
+            if lane is not None:
+                rt.record_event(g.joins[lane], stream)
+                rt.wait_event(g.joins[lane], main)
+        rt.record_event(g.joins[None], main)
+        rt.wait_event(g.joins[None], self.launch)
+        return outputs
+
+    def end(self, rt) -> None:
+        rt.set_current_stream(self.launch)
+
+    def execute(self, rt, node, args, kwargs):
+        g = self.graph
+        name = fxgraph.target_name(node)
+        if name in _SKIPPED:
+            return None
+        stream = g.streams[g.lane[node]]
+        for edge in g.waits.get(node, ()):
+            rt.wait_event(g.events[edge], stream)
+        rt.set_current_stream(stream)
+        scope = g.scope.get(node)
+        saved = stream.cube_limit, stream.vector_limit
+        if scope is not None and scope.aicore is not None:
+            stream.cube_limit, stream.vector_limit = scope.aicore, scope.vectorcore
+        try:
+            if name == "air.wait_tensor.default":
+                result = args[0]                      # Identity; the control edge is in the waits
+            elif name == "air.record.default":
+                result = record_node(rt)
+            elif name == "air.wait.default":
+                result = wait_node(args[0])
+            else:
+                result = self.call(node, args, kwargs)
+        finally:
+            stream.cube_limit, stream.vector_limit = saved
+        for edge in g.after.get(node, ()):
+            rt.record_event(g.events[edge], stream)
+        return result
+
+
+def _device_of(args, rt) -> int:
+    for a in args:
+        device = getattr(a, "device", None)
+        if device is not None and device.type == "npu":
+            return device.index
+    return rt.current_device()

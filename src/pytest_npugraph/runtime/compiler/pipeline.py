@@ -1,0 +1,111 @@
+"""From the Dynamo graph to a mode's runnable graph, in TorchAir's order (reference §4.1):
+AOTAutograd (input mutations kept in the graph as ``copy_`` epilogues), mutated-input detection, the
+common FX passes (custom pre pass, no-op removal, view -> reshape, custom post pass), the scope
+pairing check, then GE mode or reduce-overhead."""
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from . import fxgraph
+from .aclgraph import AclConcreteGraph
+from .ge import GeGraph
+from .runner import Runner
+
+log = logging.getLogger("torchair")
+_graph_ids = itertools.count(1)   # "graph_<n>": process-global, as TorchAir's _GLOBAL_GRAPH_ID
+ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
+
+
+def next_graph_name() -> str:
+    return f"graph_{next(_graph_ids)}"
+
+
+def optimize_fx(gm, config, example_inputs):
+    pre = config.post_grad_custom_pre_pass.value
+    if pre is not None:
+        pre(gm, example_inputs, config)
+    if config.experimental_config.remove_noop_ops:
+        from torch._inductor.fx_passes.post_grad import remove_noop_ops
+
+        remove_noop_ops(gm.graph)
+    for node in gm.graph.nodes:
+        if node.target == torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    post = config.post_grad_custom_post_pass.value
+    if post is not None:
+        post(gm, example_inputs, config)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _dump(config, gm, stem: str) -> None:
+    dump = config.debug.graph_dump
+    if not dump.enabled:
+        return
+    kind = dump.type.value
+    if config.mode.value in ACLGRAPH_MODES and kind != "py":
+        raise NotImplementedError(f"Graph dump for aclGraph only support 'py' type, but got: {kind}.Please check "
+                                  f"compile config setting: config.debug.graph_dump.type")
+    with open(dump.full_path(stem), "w", encoding="utf-8") as f:
+        f.write(gm.code if kind == "py" else str(gm.graph))
+
+
+class NpuFxCompiler:
+    """Compiles one AOT graph (forward, inference or backward) for the config's mode."""
+
+    def __init__(self, config, phase: str = "forward"):
+        self.config = config
+        self.phase = phase
+        self.static_input_idxs: list = []
+
+    def __call__(self, gm, example_inputs):
+        config = self.config
+        mode = config.mode.value
+        if mode not in ("max-autotune",) + ACLGRAPH_MODES:
+            raise ValueError(f"Unsupported npu backend mode: {mode}.")
+        gm = copy.deepcopy(gm)
+        mutated = fxgraph.mutated_user_inputs(gm)
+        log.debug("find mutated user inputs: %s", mutated)
+        name = next_graph_name()
+        gm = optimize_fx(gm, config, example_inputs)
+        fxgraph.valid_graph(gm)
+        _dump(config, gm, f"dynamo_original_graph_{name.split('_')[1]}")
+        if mode == "max-autotune":
+            if config.debug.run_eagerly:
+                log.warning("When debug.run_eagerly=True is enabled, the graph FALLS BACK to EAGER execution. Once "
+                            "running finished, please make sure to disable the debug.run_eagerly=True config to "
+                            "ensure that the graph is compiled and executed.")
+                return Runner(gm).run
+            return GeGraph(gm, config, name)
+        graph = AclConcreteGraph(gm, config, name, mutated, self.static_input_idxs, eager=self.phase == "backward")
+        _dump(config, graph.gm, f"dynamo_optimized_{name}")
+        return graph
+
+
+def _static_input_idxs(num_dynamo_inputs: int, num_aot_inputs: int) -> list:
+    """Parameters/buffers (and ``mark_static_address`` tensors) among the AOT graph's inputs."""
+    from torch._inductor.compile_fx import get_static_input_idxs
+    from torch._inductor.utils import num_fw_fixed_arguments
+
+    return list(get_static_input_idxs(num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)))
+
+
+def compile_graph(gm, example_inputs, config, decompositions=None):
+    """What TorchAir's backend does with a Dynamo graph (``_compile_graph_with_aot``)."""
+    num_inputs = len(example_inputs)
+    forward = NpuFxCompiler(config)
+
+    def fw_compiler(fw_gm, fw_inputs):
+        forward.static_input_idxs = _static_input_idxs(num_inputs, len(fw_inputs))
+        return forward(fw_gm, fw_inputs)
+
+    return aot_module_simplified(
+        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=NpuFxCompiler(config, "backward"),
+        inference_compiler=fw_compiler, decompositions=decompositions or {},
+        keep_inference_input_mutations=bool(config.experimental_config.keep_inference_input_mutations))

@@ -1,0 +1,237 @@
+"""Graph capture and replay on the emulated device (``torch.npu.NPUGraph`` and aclgraph).
+
+Why this shape: a captured NPU graph is a fixed list of device tasks over fixed addresses.  While a
+stream's ``capture`` is set, the work issued on it (and on side streams that joined the capture by
+waiting on an event recorded in it) is *recorded, not executed*:
+
+* each op becomes a replay step (the OpOverload and its CPU payload arguments, writing into the
+  capture-time output payloads, which are the graph's static buffers) and a task template (stream,
+  spans, cores, the core limits in force at capture, the user's line);
+* event records/waits become task templates too;
+* the trace gets *shadow* records at capture time (tasks without memory or cores, ``graph=
+  "<label>#capture"``) between ``Marker("capture_begin")`` and ``Marker("capture_end")``, so the
+  event-misuse analysis can check that side streams were joined before the capture ended;
+* the CPU computes during capture (outputs get shapes and values), but memory that existed before
+  the capture and was written by it is restored at the end: a real capture executes nothing.
+
+``CapturedGraph.replay`` re-runs the steps on the CPU (``out=`` variants where they exist, else
+compute and copy into the static buffer) and appends the task templates to the trace as ``Kernel``
+records with ``graph=`` set, on the replay stream (for the capture stream) and the captured side
+streams.  All analysis of the graph's structure happens once, at capture; a replay only appends.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import trace as T
+from . import profiles
+
+NO_CORES = T.OpCores(kind="AIV", cube=0, vector=0)   # a shadow task holds no cores
+
+
+def _out_variant(func):
+    """The ``out=`` overload computing exactly ``func`` (same arguments), and its out names."""
+    found = _OUT.get(func, False)
+    if found is not False:
+        return found
+    found = None
+    schema = func._schema
+    args = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = func.overloadpacket
+    for name in packet.overloads():
+        if not name.endswith("out") or name == func._overloadname:
+            continue
+        other = getattr(packet, name)._schema
+        outs = [a.name for a in other.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        rest = [(a.name, str(a.type)) for a in other.arguments if a.name not in outs]
+        if outs and rest == args and len(outs) == len(schema.returns):
+            found = (getattr(packet, name), tuple(outs))
+            break
+    _OUT[func] = found
+    return found
+
+
+_OUT: dict = {}
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(value)
+    return None
+
+
+def replay_step(func, args, kwargs, out):
+    """``(fn, args, kwargs, dst)``: calling ``fn`` recomputes the op; ``dst`` (if any) is where the
+    result must be copied (the static buffers); ``out=`` variants write there directly."""
+    outs = _tensors(out)
+    arg_ids = {id(a) for a in args if isinstance(a, torch.Tensor)} | {
+        id(v) for v in kwargs.values() if isinstance(v, torch.Tensor)}
+    if outs is None or all(id(o) in arg_ids for o in outs):
+        return (func, args, kwargs, None)      # in place / out=: recomputing writes the buffers
+    variant = _out_variant(func) if isinstance(func, torch._ops.OpOverload) else None
+    if variant is not None and isinstance(out, torch.Tensor) == (len(variant[1]) == 1):
+        fn, names = variant
+        return (fn, args, dict(kwargs, **dict(zip(names, outs))), None)
+    return (func, args, kwargs, outs)
+
+
+class Capture:
+    """Work being captured on ``stream`` into ``pool`` (see the module docstring)."""
+
+    def __init__(self, rt, stream, pool, label: str, site=None):
+        self.rt = rt
+        self.stream = stream
+        self.pool = pool
+        self.label = label
+        self.first_id = rt.new_block_id()   # blocks with a higher id were allocated by the capture
+        self.streams = [stream]
+        self.steps: list = []
+        self.tasks: list = []
+        self.saved: dict = {}                # storage address -> (storage, copy before the capture)
+        self.events: list = []
+        self.owner = None                    # the NPUGraph (or aclgraph) capturing
+        self.updatable: tuple = ()           # op names whose arguments NPUGraph.update may patch
+        self.updated: list = []              # indices of their replay steps
+        stream.capture = self
+        rt.marker("capture_begin", stream, detail=(label, str(pool)), site=site)
+
+    # ------------------------------------------------------------ hooks (tensor/runtime)
+    def preserve(self, written) -> None:
+        """Save memory that existed before the capture before an op overwrites it."""
+        for t in written:
+            block = t._block
+            if block is None or block.bid > self.first_id:
+                continue
+            storage = t._payload.untyped_storage()
+            key = storage.data_ptr()
+            if key not in self.saved:
+                self.saved[key] = (storage, storage.clone())
+
+    def add(self, op, reads, writes, stream, replay=None, site=None) -> None:
+        rt = self.rt
+        device = rt.devices[stream.device]
+        cube, vector = device.stream_limits(stream)
+        site = site or T.UNKNOWN_SITE
+        self.tasks.append(("k", stream, op, tuple(reads), tuple(writes), site,
+                           profiles.resolve(op, device), cube, vector))
+        if replay is not None:
+            if self.updatable and op.split("::")[-1].split(".")[0] in self.updatable:
+                self.updated.append(len(self.steps))
+            self.steps.append(replay_step(*replay))
+        rt._kernel_now(stream, op, (), (), NO_CORES, site, f"{self.label}#capture", None)
+
+    def record(self, event, stream, site) -> None:
+        self.tasks.append(("r", stream, event, site))
+        event.capture = self
+        self.events.append(event)
+        self.rt._record_now(event, stream, site)
+
+    def wait(self, event, stream, site) -> None:
+        if stream.capture is None:          # waiting on a captured event joins the capture
+            stream.capture = self
+            self.streams.append(stream)
+        self.tasks.append(("w", stream, event, site))
+        self.rt._wait_now(event, stream, site)
+
+    # ---------------------------------------------------------------------- end
+    def end(self, site=None) -> "CapturedGraph":
+        for storage, copy in self.saved.values():
+            storage.copy_(copy)
+        self.saved.clear()
+        for s in self.streams:
+            s.capture = None
+        for e in self.events:
+            e.capture = None
+        self.rt.marker("capture_end", self.stream, detail=(self.label,), site=site)
+        return CapturedGraph(self)
+
+
+class CapturedGraph:
+    """A finished capture: replayable steps and task templates."""
+
+    def __init__(self, capture: Capture):
+        self.label = capture.label
+        self.pool = capture.pool
+        self.origin = capture.stream
+        self.steps = capture.steps
+        self.tasks = capture.tasks
+        self.streams = capture.streams
+        self.replays = 0
+
+    def kernels(self) -> list:
+        """``(stream label, op)`` of every captured kernel, in capture order."""
+        return [(t[1].label, t[2]) for t in self.tasks if t[0] == "k"]
+
+    def run(self) -> None:
+        """Recompute every captured op on the CPU, in capture order (a valid order of the graph)."""
+        for fn, args, kwargs, dst in self.steps:
+            result = fn(*args, **kwargs)
+            if dst is not None:
+                if len(dst) == 1:
+                    dst[0].copy_(result)
+                else:
+                    for d, r in zip(dst, result):
+                        d.copy_(r)
+
+    def emit(self, rt, stream, graph: str) -> None:
+        """Append the captured tasks to the trace, the capture stream mapped to ``stream``."""
+        origin = self.origin
+        records = rt.trace.records
+        marks = rt.stream_marks
+        Kernel = T.Kernel
+        with rt.lock:
+            for task in self.tasks:
+                s = stream if task[1] is origin else task[1]
+                kind = task[0]
+                if kind == "k":
+                    seq = len(records)
+                    records.append(Kernel(seq, s.sid, task[2], task[3], task[4], task[5], task[6], task[7],
+                                          task[8], graph))
+                    marks[s.sid] = seq
+                elif kind == "r":
+                    rt._record_now(task[2], s, task[3])
+                else:
+                    rt._wait_now(task[2], s, task[3])
+
+    def replay(self, rt, stream, label=None) -> None:
+        self.replays += 1
+        self.run()
+        self.emit(rt, stream, f"{label or self.label}#replay{self.replays}")
+
+
+# -------------------------------------------------------------------- pools
+def _pool_ids(rt) -> dict:
+    return rt.extensions.setdefault("graphs.pool_ids", {"handle": 0, "private": 0})
+
+
+def pool_handle(rt) -> tuple:
+    """A user pool id (``graph_pool_handle()``): ``(0, n)``, as torch's ``MempoolId_t``."""
+    ids = _pool_ids(rt)
+    ids["handle"] += 1
+    return (0, ids["handle"])
+
+
+def private_pool(rt) -> tuple:
+    """The private pool id of a capture made without ``pool=``: ``(n, 0)``."""
+    ids = _pool_ids(rt)
+    ids["private"] += 1
+    return (ids["private"], 0)
+
+
+def reset_pool(rt, device: int, pool) -> list:
+    """Give every live block of ``pool`` back to it (``_npu_setCheckpointPoolState`` to the pool's
+    original, empty state): tensors still holding them become stale and keep their addresses, which
+    later allocations in the pool reuse.  Returns the block ids made stale."""
+    allocator = rt.devices[device].allocator
+    stale = []
+    for seg in list(allocator.segments):
+        if seg.pool != pool:
+            continue
+        for chunk in list(seg.blocks):
+            owner = chunk.owner
+            if owner is not None and not owner.freed:
+                stale.append(owner.bid)
+                allocator.free(owner)
+    return stale

@@ -1,0 +1,266 @@
+"""The emulated ``hccl`` process group: ``torch.distributed`` collectives on emulated NPUs.
+
+The backend creator returns a ``torch.distributed.ProcessGroup`` subclass whose collectives
+(the methods ``torch.distributed.all_reduce`` & co. call) hand each call to the job of
+``runtime/collectives.py``: recorded on the rank's current stream, matched across ranks by
+(communicator, sequence number), computed on the CPU payloads.  It is a ProcessGroup rather
+than a c10d Backend because a Backend cannot be implemented in Python, and because c10d's
+own ops would reach the NPU tensors' Python dispatch with CPU payloads (torch's threaded
+test process group takes the same route).  ``pg._get_backend(torch.device("npu"))`` returns
+``ProcessGroupHCCL``, which answers ``get_hccl_comm_name(rank)`` for the MC2 ops.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+from pytest_npugraph.runtime import collectives as C
+from pytest_npugraph.runtime.runtime import current
+
+# collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
+KINDS = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+         "all_to_all_single": "all_to_all"}
+
+
+class ProcessGroupHCCL:
+    """The HCCL backend of one process group on one rank (``torch_npu``'s ProcessGroupHCCL)."""
+
+    supports_splitting = False
+    supports_coalescing = False
+    supports_tensor_alloc = False
+
+    class Options:
+        """``ProcessGroupHCCL.Options``: what ``init_process_group(pg_options=...)`` passes."""
+
+        def __init__(self, is_high_priority_stream: bool = False):
+            self.is_high_priority_stream = is_high_priority_stream
+            self.hccl_config: dict = {}
+            self._timeout = timedelta(minutes=30)
+            self.global_ranks_in_group: list = []
+            self.group_id = ""
+
+    def __init__(self, pg: "HcclProcessGroup", options: "ProcessGroupHCCL.Options"):
+        self._pg = pg
+        self.options = options
+
+    def rank(self) -> int:
+        return self._pg.rank()
+
+    def size(self) -> int:
+        return self._pg.size()
+
+    def name(self) -> str:
+        return "hccl"
+
+    def get_hccl_comm_name(self, rankid: int, init_comm: bool = True) -> str:
+        """The communicator's name: what MC2 ops take as ``group_ep`` / ``group_tp``."""
+        if not 0 <= rankid < self._pg._job.size:
+            raise RuntimeError(f"get_hccl_comm_name: invalid rank {rankid}")
+        return self._pg._comm.name
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._pg._job.seqs.get((self._pg._comm.name, self._pg._thread), 0)
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupHCCL(comm={self._pg._comm.name!r}, rank={self.rank()}, size={self.size()})"
+
+
+def _done(result) -> object:
+    future = Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+def _reduce_op(op) -> str:
+    """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> "sum"."""
+    return str(getattr(op, "op", op)).rsplit(".", 1)[-1].lower()
+
+
+def _flatten(lists) -> list:
+    return [t for ts in lists for t in ts]
+
+
+class HcclProcessGroup(dist.ProcessGroup):
+    """A process group of the emulated HCCL backend on one rank thread."""
+
+    def __init__(self, job, thread: int, comm, rank: int, size: int, options):
+        super().__init__(rank, size)
+        self._job, self._thread, self._comm = job, thread, comm
+        self._backend = ProcessGroupHCCL(self, options)
+        self._name = comm.torch_name
+        self._desc = "undefined"
+
+    # -- identity
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._desc
+
+    @property
+    def _device_types(self) -> list:
+        return [torch.device("npu")]
+
+    def _get_backend(self, device):
+        device = torch.device(device) if not isinstance(device, torch.device) else device
+        if device.type != "npu":
+            raise RuntimeError(f"Could not retrieve or create the backend for device type {device.type}: "
+                               f"this process group has the hccl backend, for npu")
+        return self._backend
+
+    def getBackendName(self) -> str:
+        return "hccl"
+
+    def _get_backend_name(self) -> str:
+        return "hccl"
+
+    def name(self) -> str:
+        return "hccl"
+
+    def shutdown(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupHCCL(group={self._name!r}, rank={self.rank()}, size={self.size()})"
+
+    # -- collectives
+    def _run(self, op: str, inputs=(), outputs=(), **params):
+        if C.binding() not in (None, (self._job, self._thread)) or \
+                (C.binding() is None and self._job.size > 1):
+            raise RuntimeError(f"{op}: process group {self._name!r} belongs to rank {self._thread}; use it from "
+                               f"that rank's thread")
+        call = C.Call(op, f"hccl::{KINDS.get(op, op)}", tuple(inputs), tuple(outputs), params)
+        self._job.issue(self._comm, self._thread, call)
+        return _done(list(outputs))
+
+    def allreduce(self, tensors, opts=None):
+        return self._run("all_reduce", tensors, tensors, reduce=_reduce_op(opts.reduceOp))
+
+    allreduce_coalesced = allreduce
+
+    def reduce(self, tensors, opts):
+        return self._run("reduce", tensors, tensors, reduce=_reduce_op(opts.reduceOp), root=opts.rootRank)
+
+    def broadcast(self, tensors, opts):
+        return self._run("broadcast", tensors, tensors, root=opts.rootRank)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        return self._run("all_gather", inputs, _flatten(output_lists), output_lists=output_lists)
+
+    allgather_coalesced = allgather
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._run("all_gather_into_tensor", [input], [output])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        works = [self.all_gather_single(o, i) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else _done([])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        return self._run("reduce_scatter", _flatten(input_lists), outputs, reduce=_reduce_op(opts.reduceOp),
+                         input_lists=input_lists)
+
+    def reduce_scatter_single(self, output, input, opts):
+        return self._run("reduce_scatter_tensor", [input], [output], reduce=_reduce_op(opts.reduceOp))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else _done([])
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._run("all_to_all_single", [input], [output], output_split_sizes=list(output_split_sizes),
+                         input_split_sizes=list(input_split_sizes))
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs, inputs, opts=None):
+        return self._run("all_to_all", inputs, outputs)
+
+    def gather(self, output_lists, inputs, opts):
+        return self._run("gather", inputs, _flatten(output_lists), root=opts.rootRank)
+
+    def scatter(self, outputs, input_lists, opts):
+        return self._run("scatter", _flatten(input_lists), outputs, root=opts.rootRank)
+
+    def barrier(self, opts=None):
+        return self._run("barrier")
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        return self._run("barrier")
+
+    def _point_to_point(self, *args, **kwargs):
+        raise NotImplementedError("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
+                                  "pytest-npugraph's hccl backend; use collectives")
+
+    send = recv = recv_anysource = _point_to_point
+
+
+# ------------------------------------------------------------------------------ creator
+def create(dist_backend_opts, backend_options):
+    """``Backend.register_backend("hccl", create, extended_api=True, devices=["npu"])``."""
+    size, rank = dist_backend_opts.group_size, dist_backend_opts.group_rank
+    ranks = list(dist_backend_opts.global_ranks_in_group)
+    bound = C.binding()
+    if bound is None:
+        job, thread = _main_thread_job(size), 0
+    else:
+        job, thread = bound
+        if not ranks:
+            _check_world(job, thread, rank, size)
+    members = tuple(ranks) if ranks else tuple(range(size))
+    timeout = dist_backend_opts.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
+    comm = job.communicator(thread, str(dist_backend_opts.group_id), members, seconds)
+    options = backend_options if isinstance(backend_options, ProcessGroupHCCL.Options) else ProcessGroupHCCL.Options()
+    options._timeout = timeout
+    options.global_ranks_in_group = ranks
+    options.group_id = dist_backend_opts.group_id
+    return HcclProcessGroup(job, thread, comm, rank, size, options)
+
+
+def _check_world(job, thread: int, rank: int, size: int) -> None:
+    if size > job.size:
+        raise RuntimeError(f"init_process_group(world_size={size}): the test emulates {job.size} NPU(s); mark it "
+                           f"@pytest.mark.npu_devices({size})")
+    if rank != thread:
+        raise RuntimeError(f"rank {thread} of npugraph.run_ranks called init_process_group with rank={rank}: "
+                           f"each rank must pass the rank run_ranks gives its function (rank r drives npu:r)")
+
+
+def _main_thread_job(size: int):
+    """Outside run_ranks only a one-rank world exists (the test's own thread)."""
+    if size != 1:
+        raise RuntimeError(f"init_process_group(backend='hccl', world_size={size}) outside npugraph.run_ranks: "
+                           f"run the per-rank function with npugraph.run_ranks(fn), which starts one rank per "
+                           f"emulated NPU")
+    rt = current()
+    job = rt.extensions.get("collectives.main")
+    if job is None:
+        job = rt.extensions["collectives.main"] = C.Job(rt, 1, "@main")
+    return job

@@ -1,0 +1,304 @@
+"""NPU graphs (mirrors ``torch_npu/npu/graphs.py``): ``NPUGraph``, ``graph``, ``graph_pool_handle``,
+``make_graphed_callables`` and the SuperKernel scope ops, over the emulator's capture and replay
+(``pytest_npugraph.runtime.graphs``)."""
+from __future__ import annotations
+
+import json
+import os
+import typing
+import warnings
+from typing import Optional
+
+import torch
+from torch.fx.node import has_side_effect
+
+import torch_npu
+from pytest_npugraph.runtime import graphs as _graphs
+from pytest_npugraph.runtime.errors import ErrCode, pta_error
+from pytest_npugraph.runtime.runtime import current as _rt
+
+__all__ = ["is_current_stream_capturing", "graph_pool_handle", "graph_task_group_begin", "graph_task_group_end",
+           "graph_task_update_begin", "graph_task_update_end", "NPUGraph", "graph", "make_graphed_callables",
+           "super_kernel_scope_begin", "super_kernel_scope_end"]
+
+_CAPTURE_MODES = ("global", "thread_local", "relaxed")
+# ops whose arguments ``NPUGraph.update`` may patch when captured with ``auto_dispatch_capture=True``
+_UPDATABLE = ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2", "npu_fusion_attention_v3",
+              "_npu_paged_attention", "npu_multi_head_latent_attention")
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether a capture is underway on the current stream (never initialises the device)."""
+    return torch_npu.npu.is_current_stream_capturing()
+
+
+def graph_pool_handle():
+    """An opaque ``(int, int)`` id of a new graph memory pool (share it with ``pool=``)."""
+    return _graphs.pool_handle(_rt())
+
+
+def _check_stream(stream):
+    if not isinstance(stream, torch_npu.npu.Stream):
+        raise RuntimeError("Need torch_npu.npu.Stream argument type." + pta_error(ErrCode.PARAM))
+    if stream._state.external:
+        raise RuntimeError("External NPU stream is not supported in graph task group. This path requires a "
+                           "torch_npu-managed stream." + pta_error(ErrCode.NOT_SUPPORT))
+    return stream._state
+
+
+class _NPUTaskGroupHandle:
+    def __init__(self, task_group):
+        self.task_group = task_group
+
+
+def graph_task_group_begin(stream) -> None:
+    _rt().marker("task_group_begin", _check_stream(stream))
+
+
+def graph_task_group_end(stream):
+    state = _check_stream(stream)
+    _rt().marker("task_group_end", state)
+    return _NPUTaskGroupHandle(len(_rt().trace))
+
+
+def graph_task_update_begin(stream, handle) -> None:
+    _rt().marker("task_update_begin", _check_stream(stream), detail=(getattr(handle, "task_group", None),))
+
+
+def graph_task_update_end(stream) -> None:
+    _rt().marker("task_update_end", _check_stream(stream))
+
+
+# ------------------------------------------------------------------ SuperKernel scopes
+def _check_scope_name(scope_name) -> None:
+    if scope_name is not None and not scope_name.strip():
+        raise RuntimeError("scope_name should be None or a non-empty string.", pta_error(ErrCode.PARAM))
+
+
+def _scope_kernel(what: str):
+    def kernel(scope_name: Optional[str] = None) -> None:
+        _check_scope_name(scope_name)
+        rt = _rt()
+        rt.marker(what, rt.current_stream(), detail=(scope_name,))
+    return kernel
+
+
+_lib = torch.library.Library("npu", "FRAGMENT")
+for _name, _what in (("super_kernel_scope_begin", "super_kernel_begin"), ("super_kernel_scope_end", "super_kernel_end")):
+    if not hasattr(torch.ops.npu, _name):
+        _lib.define(f"{_name}(str? scope_name=None) -> ()")
+        for _key in ("PrivateUse1", "BackendSelect", "CPU"):
+            _lib.impl(_name, _scope_kernel(_what), _key)
+        _lib.impl(_name, lambda scope_name=None: None, "Meta")
+        has_side_effect(getattr(torch.ops.npu, _name).default)
+
+
+def super_kernel_scope_begin(scope_name: Optional[str] = None):
+    return torch.ops.npu.super_kernel_scope_begin(scope_name)
+
+
+def super_kernel_scope_end(scope_name: Optional[str] = None):
+    return torch.ops.npu.super_kernel_scope_end(scope_name)
+
+
+# ---------------------------------------------------------------------------- NPUGraph
+class NPUGraph:
+    """A captured NPU graph: ``capture_begin``/``capture_end`` record the work issued on the capture
+    stream, ``replay`` runs it again (on the current stream) over the same memory."""
+
+    def __new__(cls):
+        return super().__new__(cls)
+
+    def __init__(self):
+        self.auto_dispatch_capture = False
+        self._capture = None
+        self._graph = None
+        self._pool = None
+        self._updatable: list = []
+
+    @staticmethod
+    def get_currently_capturing_graph():
+        rt = _rt()
+        capture = rt.current_stream().capture
+        return None if capture is None else capture.owner
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        """Begin capturing NPU work on the current stream (``graph`` calls this)."""
+        if capture_error_mode not in _CAPTURE_MODES:
+            raise RuntimeError("Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
+                               f"{capture_error_mode}")
+        if os.environ.get("TASK_QUEUE_ENABLE") == "2":
+            raise RuntimeError("Do not support TASK_QUEUE_ENABLE = 2 during NPU graph capture, please export "
+                               "TASK_QUEUE_ENABLE=1/0.")
+        if self._graph is not None or self._capture is not None:
+            raise RuntimeError("This NPUGraph instance already owns a captured graph. To capture a new graph, "
+                               "create a new instance.")
+        rt = _rt()
+        stream = rt.current_stream()
+        if stream is rt.device(stream.device).default_stream:
+            raise RuntimeError("NPU graphs must be captured on a non-default stream. (However, after capture, "
+                               "it's ok to replay them on the default stream.)")
+        counter = rt.extensions.setdefault("graphs.npugraph_ids", [0])
+        counter[0] += 1
+        self._pool = tuple(pool) if pool is not None else _graphs.private_pool(rt)
+        label = getattr(self, "_label", None) or f"NPUGraph#{counter[0]}"
+        self._capture = _graphs.Capture(rt, stream, self._pool, label)
+        self._capture.owner = self
+        self._capture.updatable = _UPDATABLE if self.auto_dispatch_capture else ()
+
+    def capture_end(self):
+        """End the capture (on the stream it began on); the graph can then be replayed."""
+        rt = _rt()
+        capture = self._capture
+        if capture is None:
+            raise RuntimeError("capture_end() called before capture_begin().")
+        if rt.current_stream() is not capture.stream:
+            raise RuntimeError("Capture must end on the same stream it began on.")
+        self._capture = None
+        self._updatable = list(getattr(capture, "updated", ()))
+        self._graph = capture.end()
+
+    def replay(self):
+        """Run the captured work again, on the current stream."""
+        if self._graph is None:
+            raise RuntimeError("Called NPUGraph::replay without a preceding successful capture.")
+        rt = _rt()
+        self._graph.replay(rt, rt.current_stream())
+
+    def reset(self):
+        """Drop the captured graph (its pool memory is released with the tensors that hold it)."""
+        self._graph = None
+        self._capture = None
+
+    def pool(self):
+        """The id of this graph's memory pool (share it with another capture's ``pool=``)."""
+        if self._graph is None:
+            raise RuntimeError("Called NPUGraph::pool() without a preceding successful capture.")
+        return self._pool
+
+    def update(self, cpu_update_input):
+        """Patch arguments of the attention ops recorded with ``auto_dispatch_capture=True``."""
+        if not self.auto_dispatch_capture:
+            raise RuntimeError("The current graph configuration does not support update,"
+                               "Try to capture by setting auto_dispatch_capture=True during capture",
+                               pta_error(ErrCode.PARAM))
+        records = self._updatable
+        if len(cpu_update_input) == 1:
+            cpu_update_input = [dict(cpu_update_input[0]) for _ in records]
+        if len(cpu_update_input) != len(records):
+            raise RuntimeError(f"Currently, there are {len(records)} operators that need to be updated by capture, "
+                               f"and there are only {len(cpu_update_input)} elements in the incoming "
+                               f"cpu_update_input list", pta_error(ErrCode.PARAM))
+        for index, update in zip(records, cpu_update_input):
+            fn, args, kwargs, dst = self._graph.steps[index]
+            kwargs = dict(kwargs, **{k: v for k, v in update.items() if k in kwargs})
+            self._graph.steps[index] = (fn, args, kwargs, dst)
+
+    def debug_dump(self, debug_path):
+        """Write the captured tasks as Chrome-trace JSON (and an ``.aligned.json`` copy)."""
+        if self._graph is None:
+            warnings.warn("Called NPUGraph::debug_dump without a preceding successful capture.")
+            return None
+        events = [{"name": op, "ph": "X", "tid": stream, "pid": 0, "ts": i, "dur": 1}
+                  for i, (stream, op) in enumerate(self._graph.kernels())]
+        for path in (debug_path, os.path.splitext(debug_path)[0] + ".aligned.json"):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(events, f)
+        return None
+
+    def super_kernel_optimize(self, optimize_options=None, debug_options=None):
+        for name, options in (("optimize_options", optimize_options), ("debug_options", debug_options)):
+            if options is not None and not isinstance(options, dict):
+                raise RuntimeError(f"{name} param must be dict or None.", pta_error(ErrCode.PARAM))
+        _rt().marker("super_kernel_optimize", detail=(repr(optimize_options), repr(debug_options)))
+
+    def enable_debug_mode(self):
+        pass
+
+    def register_generator_state(self, generator):
+        warnings.warn("register_generator_state is deprecated and does nothing.", DeprecationWarning)
+
+
+class graph:
+    """Context manager capturing NPU work into an ``NPUGraph`` (``pool=`` shares a memory pool;
+    ``stream=`` is the capture stream, a shared internal side stream by default)."""
+
+    default_capture_stream: typing.Optional["torch.npu.Stream"] = None
+
+    def __init__(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
+                 capture_error_mode: str = "global"):
+        if self.__class__.default_capture_stream is None:
+            self.__class__.default_capture_stream = torch.npu.Stream()
+        self.pool = () if pool is None else (pool,)
+        self.capture_stream = stream if stream is not None else self.__class__.default_capture_stream
+        if self.capture_stream is None:
+            raise RuntimeError("capture stream is None")
+        self.stream_ctx = torch.npu.stream(self.capture_stream)
+        self.npu_graph = npu_graph
+        self.capture_error_mode = capture_error_mode
+        self.npu_graph.auto_dispatch_capture = auto_dispatch_capture
+
+    def __enter__(self):
+        torch.npu.synchronize()
+        torch.npu.empty_cache()
+        self.stream_ctx.__enter__()
+        self.npu_graph.capture_begin(*self.pool, capture_error_mode=self.capture_error_mode)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.npu_graph.capture_end()
+        self.stream_ctx.__exit__(exc_type, exc_value, traceback)
+
+
+def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unused_input=False, pool=None):
+    """Capture each callable's forward into an ``NPUGraph`` (one shared pool) and return callables
+    that copy their inputs into the static inputs and replay.  Inference only: sample arguments
+    must not require grad (the backward graphs of the real function are not emulated)."""
+    if torch.is_autocast_enabled() and torch.is_autocast_cache_enabled():
+        raise RuntimeError("make_graphed_callables does not support the autocast caching. Please set "
+                           "`cache_enabled=False`.")
+    just_one = not isinstance(callables, tuple)
+    if just_one:
+        callables, sample_args = (callables,), (sample_args,)
+    for c, args in zip(callables, sample_args):
+        if isinstance(c, torch.nn.Module):
+            if c._backward_hooks or c._forward_hooks or c._forward_pre_hooks:
+                raise RuntimeError("Modules must not have hooks registered at the time they are passed. However, "
+                                   "registering hooks on modules after passing them through make_graphed_callables "
+                                   "is allowed.")
+            if any(b.requires_grad for b in c.buffers()):
+                raise RuntimeError("In any :class:`~torch.nn.Module` passed to :func:`~make_graphed_callables`, "
+                                   "only parameters may be trainable. All buffers must have "
+                                   "``requires_grad=False``.")
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            raise RuntimeError("In the beta API, sample_args for each callable must contain only Tensors. Other "
+                               "types are not allowed.")
+        if any(a.requires_grad for a in args):
+            raise NotImplementedError("pytest-npugraph emulates make_graphed_callables for inference only "
+                                      "(sample_args requiring grad need the backward graphs).")
+    mempool = graph_pool_handle() if pool is None else pool
+    side = torch.npu.Stream()
+    side.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(side), torch.no_grad():
+        for c, args in zip(callables, sample_args):
+            for _ in range(num_warmup_iters):
+                c(*args)
+    torch.npu.current_stream().wait_stream(side)
+    graphed = []
+    for c, args in zip(callables, sample_args):
+        g = NPUGraph()
+        with torch.no_grad(), graph(g, pool=mempool):
+            outputs = c(*args)
+        graphed.append(_graphed(g, args, outputs))
+    return graphed[0] if just_one else tuple(graphed)
+
+
+def _graphed(g, static_inputs, static_outputs):
+    flat_out, spec = torch.utils._pytree.tree_flatten(static_outputs)
+
+    def run(*inputs):
+        for dst, src in zip(static_inputs, inputs):
+            if dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+        g.replay()
+        return torch.utils._pytree.tree_unflatten([t.detach() for t in flat_out], spec)
+    return run
