@@ -48,6 +48,17 @@ class NpuGraph:
     def graphs(self) -> list:
         return self.runtime.graphs
 
+    def run_ranks(self, fn, *args) -> list:
+        """Run ``fn(rank, *args)`` once per emulated device, each in its own thread with its own
+        current device (rank r drives ``npu:r``) and ``torch.distributed`` environment (backend
+        ``"hccl"``); returns the results in rank order.  A rank's exception is re-raised (with a
+        note naming the rank); collectives that can never complete raise ``CollectiveError``."""
+        from torch_npu.distributed import _ranks
+
+        from .runtime import collectives
+
+        return collectives.run_ranks(self.runtime, fn, args, context=_ranks.CONTEXT)
+
     # ------------------------------------------------------------------ hazards
     @property
     def hazards(self) -> list:

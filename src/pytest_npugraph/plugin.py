@@ -110,9 +110,10 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(session, config, items):
     errors = []
+    chip = config._npugraph.chip
     for item in items:
         try:
-            config_for(item, _setting(config, "npu_chip"))
+            config_for(item, chip)
         except MarkerError as exc:
             errors.append(f"{item.nodeid}: {exc}")
     if errors:
@@ -124,7 +125,7 @@ def pytest_runtest_setup(item):
     """Fresh emulated state for every test (built lazily when the test first touches the NPU)."""
     if not CONTEXT.emulating:
         return
-    CONTEXT.begin(config_for(item, _setting(item.config, "npu_chip")))
+    CONTEXT.begin(config_for(item, item.config._npugraph.chip))
     item.stash[STASH_MODULES] = activation.snapshot()
 
 

@@ -416,7 +416,8 @@ class CachingAllocator:
         self._process_pending(synchronize=True)
         keep = []
         for seg in self.segments:
-            if self._releasable(seg):
+            # a graph pool keeps its segments for the graphs captured into it (CUDA: until they die)
+            if seg.pool is None and self._releasable(seg):
                 for c in seg.blocks:
                     self._uncache(c)
                 self.reserved -= seg.size

@@ -35,6 +35,7 @@ communicator name is also what ``get_hccl_comm_name`` returns, hence the MC2 ``g
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -43,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
 from .. import trace as T
 from .._context import CONTEXT
@@ -121,10 +121,11 @@ def binding():
 class Job:
     """The ranks of one ``run_ranks`` call and the collectives between them."""
 
-    def __init__(self, runtime, size: int, label: str = ""):
+    def __init__(self, runtime, size: int, label: str = "", bound_devices: bool = True):
         self.runtime = runtime
         self.size = size
         self.label = label                  # "" for the first job of a test, "@2", ...
+        self.bound_devices = bound_devices  # rank r's collectives take tensors on npu:r
         self.cond = threading.Condition()
         self.status = ["running"] * size    # running | waiting | done | failed
         self.waiting: dict = {}             # rank -> Pending
@@ -164,7 +165,10 @@ class Job:
         """Record ``call`` on the rank's current stream and wait until the collective
         completed on every member (its outputs then hold the results)."""
         rt = self.runtime
-        device = _device_of(call, rt.current_device())
+        device = _device_of(call, rank if self.bound_devices else rt.current_device())
+        if self.bound_devices and device != rank:
+            raise ValueError(f"{call.op} on rank {rank}: tensors on npu:{device}, but rank {rank}'s process groups "
+                             f"use npu:{rank} (rank r of npugraph.run_ranks drives npu:r)")
         stream = rt.current_stream(device)
         if stream.capture is not None:
             raise NotImplementedError(
@@ -286,21 +290,22 @@ class Job:
             f"the waiting rank(s) would hang until the HCCL timeout. Every member of a group must issue "
             f"each of its collectives.")
 
+    def _waits(self, with_status: bool = False) -> str:
+        """``rank 0 waits in all_reduce #3 of communicator 'hccl/0' at x.py:7 for rank 1; ...``"""
+        def peer(t):
+            return f"rank {t} ({self.status[t]})" if with_status else f"rank {t}"
+        return "; ".join(f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
+                         + ", ".join(map(peer, p.missing())) for rank, p in sorted(self.waiting.items()))
+
     def _circular(self) -> CollectiveError:
-        lines = [f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
-                 + ", ".join(f"rank {t}" for t in p.missing())
-                 for rank, p in sorted(self.waiting.items())]
         return CollectiveError(
-            "collectives that can never complete, the ranks wait for each other: " + "; ".join(lines) +
-            ". On hardware this hangs: a rank blocks in a collective until its peers issue it, and they "
-            "block in others first. Issue collectives in one order on every rank, across communicators too.")
+            f"collectives that can never complete, the ranks wait for each other: {self._waits()}. On hardware "
+            f"this hangs: a rank blocks in a collective until its peers issue it, and they block in others "
+            f"first. Issue collectives in one order on every rank, across communicators too.")
 
     def _stalled(self, timeout: float) -> CollectiveError:
-        lines = [f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
-                 + ", ".join(f"rank {t} ({self.status[t]})" for t in p.missing())
-                 for rank, p in sorted(self.waiting.items())]
         return CollectiveError(
-            f"no progress for {timeout:g} s: " + "; ".join(lines) + ". The ranks it waits for are running "
+            f"no progress for {timeout:g} s: {self._waits(with_status=True)}. The ranks it waits for are running "
             f"but issue nothing (blocked outside torch.distributed?). Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
 
 
@@ -347,7 +352,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
 
     threads = [threading.Thread(target=main, args=(rank,), name=f"npugraph-rank-{rank}", daemon=True)
                for rank in range(size)]
-    guard = context(job) if context is not None else _nothing()
+    guard = context(job) if context is not None else contextlib.nullcontext()
     # NPU tensors die where their last reference goes: the cyclic collector would run their
     # frees in whichever rank thread it interrupts, racing that device's own thread
     collecting = gc.isenabled()
@@ -362,14 +367,6 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
         if collecting:
             gc.enable()
     return _results(job, outcomes)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _join(job: Job, threads: list) -> None:

@@ -80,6 +80,12 @@ class Device:
         return (self.cube_limit if self.cube_limit is not None else self.cube_cores,
                 self.vector_limit if self.vector_limit is not None else self.vector_cores)
 
+    def explicit_limits(self, stream: StreamState) -> tuple:
+        """The limits a kernel on ``stream`` runs under, 0 where nobody set one (what traces record)."""
+        def pick(own, device):
+            return own if own is not None else (device if device is not None else 0)
+        return pick(stream.cube_limit, self.cube_limit), pick(stream.vector_limit, self.vector_limit)
+
     def stream_limits(self, stream: StreamState) -> tuple:
         cube, vector = self.device_limits()
         return (stream.cube_limit if stream.cube_limit is not None else cube,

@@ -112,7 +112,7 @@ class Capture:
     def add(self, op, reads, writes, stream, replay=None, site=None) -> None:
         rt = self.rt
         device = rt.devices[stream.device]
-        cube, vector = device.stream_limits(stream)
+        cube, vector = device.explicit_limits(stream)
         site = site or T.UNKNOWN_SITE
         self.tasks.append(("k", stream, op, tuple(reads), tuple(writes), site,
                            profiles.resolve(op, device), cube, vector))

@@ -48,7 +48,15 @@ def _lookup(name: str):
     return spec if spec is not None else catalog.ATEN_CORES.get(name)
 
 
+_generation = -1
+
+
 def resolve(op: str, device) -> T.OpCores:
+    """The op's profile on ``device`` (cached per test: hook answers may differ between tests)."""
+    global _generation
+    if _generation != CONTEXT.generation:
+        _cache.clear()
+        _generation = CONTEXT.generation
     key = (op, device.cube_cores, device.vector_cores)
     found = _cache.get(key)
     if found is None:

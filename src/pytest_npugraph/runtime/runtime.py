@@ -106,7 +106,7 @@ class Runtime:
     def _kernel_now(self, stream, op, reads, writes, cores, site, graph, collective) -> int:
         with self.lock:
             seq = self._seq()
-            cube, vector = self.devices[stream.device].stream_limits(stream)
+            cube, vector = self.devices[stream.device].explicit_limits(stream)
             self._append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
                                   site, cores, cube, vector, graph, collective))
             self.stream_marks[stream.sid] = seq

@@ -130,19 +130,21 @@ class AclConcreteGraph:
 
     @staticmethod
     def _key_inputs(placeholders, metas) -> list:
-        """(index, is_symint) of the inputs whose values/shapes pick the graph key."""
-        symbols = {m.node.expr for m in metas if isinstance(m, torch.SymInt)}
-        chosen = []
+        """Sorted (index, is_symint) of the inputs whose values pick the graph key: a used symbolic
+        input, or the SymInt input of a used tensor's symbolic dim (the tensor itself when it has none)."""
+        sym_index = {m.node.expr: i for i, m in enumerate(metas) if isinstance(m, torch.SymInt)}
+        chosen = set()
         for i, (node, meta) in enumerate(zip(placeholders, metas)):
             if not node.users:
                 continue
             if isinstance(meta, torch.SymInt):
-                chosen.append((i, True))
+                chosen.add((i, True))
             elif isinstance(meta, torch.Tensor):
-                free = {s for d in meta.shape if isinstance(d, torch.SymInt) for s in d.node.expr.free_symbols}
-                if free and not free <= symbols:
-                    chosen.append((i, False))
-        return chosen
+                for dim in meta.shape:
+                    if isinstance(dim, torch.SymInt):
+                        j = sym_index.get(dim.node.expr)
+                        chosen.add((j, True) if j is not None else (i, False))
+        return sorted(chosen)
 
     def graph_key(self, args) -> str:
         if not self.key_inputs:

@@ -93,6 +93,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def __init__(self, job, thread: int, comm, rank: int, size: int, options):
         super().__init__(rank, size)
         self._job, self._thread, self._comm = job, thread, comm
+        self._owner = C.binding()        # (job, rank) of the creating rank thread; None: the test's thread
         self._backend = ProcessGroupHCCL(self, options)
         self._name = comm.torch_name
         self._desc = "undefined"
@@ -143,10 +144,9 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     # -- collectives
     def _run(self, op: str, inputs=(), outputs=(), **params):
-        if C.binding() not in (None, (self._job, self._thread)) or \
-                (C.binding() is None and self._job.size > 1):
-            raise RuntimeError(f"{op}: process group {self._name!r} belongs to rank {self._thread}; use it from "
-                               f"that rank's thread")
+        if C.binding() != self._owner:
+            raise RuntimeError(f"{op}: process group {self._name!r} belongs to rank {self._thread}'s thread; a "
+                               f"rank uses the groups it created")
         call = C.Call(op, f"hccl::{KINDS.get(op, op)}", tuple(inputs), tuple(outputs), params)
         self._job.issue(self._comm, self._thread, call)
         return _done(list(outputs))
@@ -211,9 +211,6 @@ class HcclProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._run("barrier")
 
-    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        return self._run("barrier")
-
     def _point_to_point(self, *args, **kwargs):
         raise NotImplementedError("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
                                   "pytest-npugraph's hccl backend; use collectives")
@@ -262,5 +259,5 @@ def _main_thread_job(size: int):
     rt = current()
     job = rt.extensions.get("collectives.main")
     if job is None:
-        job = rt.extensions["collectives.main"] = C.Job(rt, 1, "@main")
+        job = rt.extensions["collectives.main"] = C.Job(rt, 1, "@main", bound_devices=False)
     return job

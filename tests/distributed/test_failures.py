@@ -1,0 +1,180 @@
+"""run_ranks never hangs and never leaks: mismatched, abandoned and circular collectives end
+with an error naming ranks, ops and lines; a rank's exception reaches the test; the process
+group state is gone afterwards.
+
+Why: on hardware each of these hangs until the HCCL timeout (or exchanges the wrong
+buffers); a test suite must fail fast, at the user's line, and leave the next test clean.
+"""
+import contextlib
+import os
+import re
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+import torch_npu  # noqa: F401
+from pytest_npugraph.runtime.collectives import CollectiveError
+
+pytestmark = pytest.mark.npu_devices(2)
+QUICK = 5.0   # seconds: detection is by state, not by timeout
+
+
+def line_of(text: str) -> int:
+    """The line of this file containing ``text`` (so messages can be checked for user lines)."""
+    with open(__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line and "line_of" not in line)
+
+
+def run_failing(npugraph, fn, error=CollectiveError, hazard=None):
+    """Run the ranks, expecting ``error`` quickly and, when the ranks recorded a collective
+    some peer never matches, the analysis' ``deadlock`` hazard (matching ``hazard``) too."""
+    start = time.monotonic()
+    with npugraph.expect("deadlock", match=hazard) if hazard else contextlib.nullcontext():
+        with pytest.raises(error) as info:
+            npugraph.run_ranks(fn)
+    assert time.monotonic() - start < QUICK
+    return info.value
+
+
+def test_collectives_issued_in_different_orders_are_a_clear_error_not_a_hang(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        t = torch.ones(4, device="npu")
+        if rank == 0:
+            dist.all_reduce(t)              # order-A
+            dist.broadcast(t, src=0)
+        else:
+            dist.broadcast(t, src=0)        # order-B
+            dist.all_reduce(t)
+
+    message = str(run_failing(npugraph, fn, hazard="not the same op on every rank"))
+    assert "collective #0 of communicator 'hccl/0' is not the same op on every rank" in message
+    assert f"rank 0 issued all_reduce at tests/distributed/test_failures.py:{line_of('# order-A')}" in message
+    assert f"rank 1 issued broadcast at tests/distributed/test_failures.py:{line_of('# order-B')}" in message
+
+
+def test_circular_wait_across_communicators_is_detected(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
+        t = torch.ones(2, device="npu")
+        for group in ((first, second) if rank == 0 else (second, first)):
+            dist.all_reduce(t, group=group)   # circular
+
+    message = str(run_failing(npugraph, fn, hazard="never issues it"))
+    line = line_of("# circular")
+    assert "the ranks wait for each other" in message
+    assert f"rank 0 waits in all_reduce #0 of communicator 'hccl/1' at tests/distributed/test_failures.py:{line} " \
+           f"for rank 1" in message
+    assert f"rank 1 waits in all_reduce #0 of communicator 'hccl/2' at tests/distributed/test_failures.py:{line} " \
+           f"for rank 0" in message
+
+
+def test_a_rank_that_returns_while_its_peer_waits_is_named(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        if rank == 0:
+            dist.all_reduce(torch.ones(1, device="npu"))   # waits
+
+    message = str(run_failing(npugraph, fn, hazard="never issues it"))
+    assert re.search(r"rank 1 returned from its function without issuing all_reduce #0 of communicator "
+                     rf"'hccl/0', which rank 0 at tests/distributed/test_failures.py:{line_of('# waits')} ", message)
+
+
+def test_an_exception_in_one_rank_propagates_with_the_rank_named(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        if rank == 1:
+            raise ValueError("bad shard")
+        dist.all_reduce(torch.ones(1, device="npu"))
+
+    error = run_failing(npugraph, fn, ValueError, hazard="never issues it")
+    assert str(error) == "bad shard"
+    assert error.__notes__ == ["(raised in rank 1 (npu:1) of npugraph.run_ranks)"]
+
+
+def test_arguments_that_disagree_across_ranks_name_both_ranks(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(2 + rank, device="npu"))
+
+    message = str(run_failing(npugraph, fn))
+    assert "all_reduce #0 of communicator 'hccl/0': the ranks pass different tensors " \
+           "(rank 0: [((2,), 'float32')], rank 1: [((3,), 'float32')])" in message
+    assert "rank 0 issued all_reduce at tests/distributed" in message
+
+
+def test_split_sizes_that_do_not_pair_up_are_an_error(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        out = torch.empty(4, device="npu")
+        dist.all_to_all_single(out, torch.ones(4, device="npu"), [2, 2], [2, 2] if rank == 0 else [1, 3])
+
+    assert "rank 1 sends 1 rows to rank 0, which expects 2" in str(run_failing(npugraph, fn))
+
+
+def test_a_rank_blocked_outside_collectives_ends_by_the_groups_timeout(npugraph):
+    """The last resort: no collective state explains the wait, so the process group's timeout does."""
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2, timeout=timedelta(seconds=1))
+        if rank == 1:
+            time.sleep(2)                   # blocked in user code (then aborted, within run_ranks' grace)
+        dist.all_reduce(torch.ones(1, device="npu"))
+
+    message = str(run_failing(npugraph, fn, hazard="never issues it"))
+    assert message.startswith("no progress for 1 s: rank 0 waits in all_reduce #0 of communicator 'hccl/0'")
+    assert "for rank 1 (running)" in message
+
+
+def test_a_rank_using_another_ranks_npu_is_an_error(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(1, device="npu:0"))
+
+    error = run_failing(npugraph, fn, ValueError, hazard="never issues it")
+    assert str(error).startswith("all_reduce on rank 1: tensors on npu:0, but rank 1's process groups use npu:1")
+
+
+def test_init_with_another_ranks_number_is_a_clear_error(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=0, world_size=2)
+
+    with pytest.raises(RuntimeError, match=r"rank 1 of npugraph.run_ranks called init_process_group with rank=0"):
+        npugraph.run_ranks(fn)
+
+
+def test_more_ranks_than_emulated_devices_names_the_marker(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=4)
+
+    with pytest.raises(RuntimeError, match=r"the test emulates 2 NPU\(s\); mark it @pytest.mark.npu_devices\(4\)"):
+        npugraph.run_ranks(fn)
+
+
+def test_process_group_state_is_gone_after_run_ranks(npugraph):
+    """Groups a rank left behind are destroyed; c10d, the environment and rendezvous are restored."""
+    world, environ = c10d._world, os.environ
+
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        dist.new_group([0, 1])
+        return dist.is_initialized()
+
+    assert npugraph.run_ranks(fn) == [True, True]
+    assert not dist.is_initialized() and dist.group.WORLD is None
+    assert c10d._world is world and os.environ is environ and "RANK" not in os.environ
+    with pytest.raises(RuntimeError):
+        torch._C._distributed_c10d._resolve_process_group("0")
+    # a second run in the same test starts from scratch, under distinct communicator names
+    assert npugraph.run_ranks(fn) == [True, True]
+    groups = [r.detail[0] for r in npugraph.trace.records if getattr(r, "what", None) == "group"]
+    assert groups == ["hccl/0", "hccl/1", "hccl/0@2", "hccl/1@2"]
+
+
+def test_a_later_test_has_no_process_group(npugraph):
+    assert not dist.is_initialized()
+    assert type(c10d._world) is c10d._World
