@@ -24,59 +24,68 @@ EXAMPLES = 600
 def scenarios(draw, max_tasks: int = MAX_TASKS):
     """2-3 devices, 1-4 streams each, up to ``max_tasks`` stream tasks: ops with cube/vector
     demands (resident or not, limits that apply or not), collectives over all or some
-    devices issued in per-device orders, event record/wait pairs, limits, host syncs."""
-    devices = draw(st.integers(2, 3))
+    devices issued in per-device orders, event record/wait pairs (mostly within a device),
+    limits, host syncs.  Half the scenarios are SPMD: every device runs the same program
+    (interchangeable devices, which the search folds together)."""
+    devices, spmd = draw(st.integers(2, 3)), draw(st.booleans())
+    shared = (draw(st.integers(0, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4)))
     b = Builder(devices=0)
+    streams = []
     for device in range(devices):
-        b.marker("device", detail=(device, draw(st.integers(0, 3)), draw(st.integers(1, 6))))
-    streams = [[b.stream(device) for _ in range(draw(st.integers(1, 4)))]
-               for device in range(devices)]
+        cube, vector, count = shared if spmd else (
+            draw(st.integers(0, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4)))
+        b.marker("device", detail=(device, cube, vector))
+        streams.append([b.stream(device) for _ in range(count)])
     programs: list = [[] for _ in range(devices)]   # per device: calls, in its issue order
     seqs: Counter = Counter()
-
-    def stream_of(device):
-        return draw(st.sampled_from(streams[device]))
 
     def cores():
         return dict(cube=draw(st.integers(0, 3)), vector=draw(st.integers(0, 6)),
                     resident=draw(st.booleans()), limit_applies=draw(st.booleans()))
 
-    def collective(device, sid, group, op, profile):
+    def collective(sid, group, op, profile):
+        device = b.trace.streams[sid].device
+
         def issue():
             seqs[group, device] += 1
             b.collective(sid, op, group, seqs[group, device], **profile)
         return issue
 
     budget = max_tasks
-    while budget > 0:
+    for _ in range(max_tasks):  # actions; a limit costs no task, so bound them separately
+        if budget < (devices if spmd else 1):
+            break
         what = draw(st.sampled_from(["kernel", "collective", "collective", "event", "limit", "sync"]))
-        device = draw(st.integers(0, devices - 1))
-        program = programs[device]
-        at = draw(st.integers(0, len(program)))  # calls land anywhere in the device's order
-        if what == "kernel":
-            sid, profile = stream_of(device), cores()
-            program.insert(at, lambda sid=sid, p=profile: b.kernel(sid, "op", **p))
-            budget -= 1
-        elif what == "collective":
-            group, op, profile = draw(st.sampled_from(["tp", "ep"])), draw(st.sampled_from(["ar", "ag"])), cores()
-            members = draw(st.sets(st.integers(0, devices - 1), min_size=1)) if draw(
-                st.integers(0, 9)) == 0 else set(range(devices))
-            if len(members) > budget:
-                continue
-            for member in sorted(members):
-                slot = draw(st.integers(0, len(programs[member])))
-                programs[member].insert(slot, collective(member, stream_of(member), group, op, profile))
-            budget -= len(members)
-        elif what == "event" and budget >= 2:
-            first, then, eid = stream_of(device), stream_of(device), b.event()
-            program.insert(at, lambda: (b.record(first, eid), b.wait(then, eid)))
-            budget -= 2
-        elif what == "limit":
-            sid, c, v = stream_of(device), draw(st.integers(-1, 3)), draw(st.integers(-1, 6))
-            program.insert(at, lambda: b.limit(sid, c, v))
-        elif what == "sync":
-            program.insert(at, lambda: b.sync(device))
-            budget -= 1
+        one = draw(st.integers(0, devices - 1))
+        ranks = range(devices) if spmd or what == "collective" else [one]
+        if what == "collective" and not spmd and draw(st.integers(0, 9)) == 0:
+            ranks = sorted(draw(st.sets(st.integers(0, devices - 1), min_size=1)))  # a rank missing
+        size = {"kernel": 1, "collective": 1, "event": 2, "limit": 0, "sync": 1}[what] * len(ranks)
+        if size > budget:
+            continue
+        budget -= size
+        index, at = draw(st.integers(0, 3)), draw(st.integers(0, max_tasks))
+        profile = cores()
+        group, op = draw(st.sampled_from(["tp", "ep"])), draw(st.sampled_from(["ar", "ag"]))
+        values = (draw(st.integers(-1, 3)), draw(st.integers(-1, 6)))
+        for rank in ranks:
+            if not spmd:  # each rank its own stream and place in its order
+                index, at = draw(st.integers(0, 3)), draw(st.integers(0, max_tasks))
+            sid = streams[rank][index % len(streams[rank])]
+            if what == "kernel":
+                call = lambda sid=sid: b.kernel(sid, "op", **profile)  # noqa: E731
+            elif what == "collective":
+                call = collective(sid, group, op, profile)
+            elif what == "event":
+                other = rank if spmd else draw(st.integers(0, devices - 1))
+                then = streams[other][draw(st.integers(0, 3)) % len(streams[other])] if not spmd \
+                    else streams[rank][(index + 1) % len(streams[rank])]
+                call = lambda first=sid, then=then, eid=b.event(): (b.record(first, eid), b.wait(then, eid))  # noqa: E731
+            elif what == "limit":
+                call = lambda sid=sid: b.limit(sid, *values)  # noqa: E731
+            else:
+                call = lambda rank=rank: b.sync(rank)  # noqa: E731
+            programs[rank].insert(min(at, len(programs[rank])), call)
     while any(programs):  # host order: the devices' calls interleaved
         device = draw(st.sampled_from([d for d, p in enumerate(programs) if p]))
         programs[device].pop(0)()
@@ -105,12 +114,17 @@ def test_search_agrees_with_exhaustive_oracle():
 
 
 class Unreduced(deadlock.Search):
-    """The same transition system searched without the reductions (every step branches;
-    only the visited set remains): exact, and fast enough for larger scenarios."""
+    """The same transition system searched without the reductions (no safe steps, no
+    clusters, no symmetry; only the visited set remains): exact, and fast enough for
+    larger scenarios."""
 
     safe = defaultdict(bool)
+    orbits: list = []
 
-    def persistent(self, pos, steps):
+    def uncontested(self, pos, held, t):
+        return False
+
+    def persistent(self, pos, held, steps):
         return steps
 
 

@@ -354,16 +354,23 @@ class Search:
     @cached_property
     def orbits(self) -> list:
         """Groups of devices that are interchangeable: the same pools and, stream by stream,
-        the same tasks (needs, residency, collective keys, local prerequisites).  Swapping
-        two of them maps every schedule to a schedule, so states equal up to such swaps are
-        explored once (SPMD ranks are the common case)."""
+        the same tasks (needs, residency, collective keys, prerequisites), and no
+        prerequisite crossing to or from another device.  Swapping two of them maps every
+        schedule to a schedule, so states equal up to such swaps are explored once (SPMD
+        ranks are the common case)."""
         groups: dict = {}
+        linked = {self.g.device(self.g.tasks[d]) for t in self.g.tasks for d in t.deps
+                  if self.g.device(self.g.tasks[d]) != self.g.device(t)}
+        linked |= {self.g.device(t) for t in self.g.tasks for d in t.deps
+                   if self.g.device(self.g.tasks[d]) != self.g.device(t)}
         for device, lanes in sorted(self.dev_lanes.items()):
+            if device in linked:  # a cross-device prerequisite names this very device
+                continue
             local = {lane: i for i, lane in enumerate(lanes)}
 
             def prerequisite(tid: int) -> tuple:
                 t = self.g.tasks[tid]
-                return ("local", local[t.lane], t.pos) if t.lane in local else ("remote", tid)
+                return local[t.lane], t.pos
 
             signature = (self.g.pools[device], tuple(
                 tuple((type(t.rec).__name__, t.need, t.resident, t.collective,
