@@ -55,10 +55,11 @@ _OUT: dict = {}
 
 
 def _tensors(value):
+    """The output tensors of an op result (None where an output is not a tensor), or None."""
     if isinstance(value, torch.Tensor):
         return (value,)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
-        return tuple(value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return tuple(v if isinstance(v, torch.Tensor) else None for v in value)
     return None
 
 
@@ -68,10 +69,10 @@ def replay_step(func, args, kwargs, out):
     outs = _tensors(out)
     arg_ids = {id(a) for a in args if isinstance(a, torch.Tensor)} | {
         id(v) for v in kwargs.values() if isinstance(v, torch.Tensor)}
-    if outs is None or all(id(o) in arg_ids for o in outs):
+    if outs is None or all(o is None or id(o) in arg_ids for o in outs):
         return (func, args, kwargs, None)      # in place / out=: recomputing writes the buffers
     variant = _out_variant(func) if isinstance(func, torch._ops.OpOverload) else None
-    if variant is not None and isinstance(out, torch.Tensor) == (len(variant[1]) == 1):
+    if variant is not None and None not in outs and isinstance(out, torch.Tensor) == (len(variant[1]) == 1):
         fn, names = variant
         return (fn, args, dict(kwargs, **dict(zip(names, outs))), None)
     return (func, args, kwargs, outs)
@@ -136,7 +137,9 @@ class Capture:
         self.rt._wait_now(event, stream, site)
 
     # ---------------------------------------------------------------------- end
-    def end(self, site=None) -> "CapturedGraph":
+    def end(self, site=None, aborted: bool = False) -> "CapturedGraph":
+        """Finish the capture (``aborted``: an exception is leaving the capture block; its partial
+        graph is not checked for joins)."""
         for storage, copy in self.saved.values():
             storage.copy_(copy)
         self.saved.clear()
@@ -144,7 +147,7 @@ class Capture:
             s.capture = None
         for e in self.events:
             e.capture = None
-        self.rt.marker("capture_end", self.stream, detail=(self.label,), site=site)
+        self.rt.marker("capture_abort" if aborted else "capture_end", self.stream, detail=(self.label,), site=site)
         return CapturedGraph(self)
 
 
@@ -158,6 +161,7 @@ class CapturedGraph:
         self.steps = capture.steps
         self.tasks = capture.tasks
         self.streams = capture.streams
+        self.generation = capture.rt.generation    # the test (runtime) whose streams and events it uses
         self.replays = 0
 
     def kernels(self) -> list:
@@ -169,10 +173,8 @@ class CapturedGraph:
         for fn, args, kwargs, dst in self.steps:
             result = fn(*args, **kwargs)
             if dst is not None:
-                if len(dst) == 1:
-                    dst[0].copy_(result)
-                else:
-                    for d, r in zip(dst, result):
+                for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
+                    if d is not None and d is not r:
                         d.copy_(r)
 
     def emit(self, rt, stream, graph: str) -> None:

@@ -60,7 +60,6 @@ class GraphMeta:
     graph: Any                                   # torch_npu.npu.NPUGraph
     cube: Optional[int] = None                   # current stream's limits when captured
     vector: Optional[int] = None
-    parameter_ptrs: dict = field(default_factory=dict)
     mutated_ptrs: dict = field(default_factory=dict)
     copy_in: list = field(default_factory=list)   # (input index, payload, span, data_ptr or None: always)
     retained: dict = field(default_factory=dict)  # input index -> the capture-time tensor (kept alive)
@@ -85,6 +84,10 @@ class AclConcreteGraph:
         self.limit = int(debug.static_capture_size_limit.value)
         self.frozen = bool(config.experimental_config.frozen_parameter)
         self.eager = eager or bool(config.debug.run_eagerly)
+        if self.frozen:
+            warnings.warn("When enable frozen_parameter, Parameters and input tensors with immutable data_ptr marked "
+                          "by `torch._dynamo.mark_static_address()` will be considered static. Please make sure that "
+                          "the Parameters data address remain the same throughout the program runtime.")
         self._parse_inputs(gm, set(mutated_user_inputs), set(static_input_idxs))
         self.tagged_event_names: list = []
         self.labels: set = set()
@@ -165,18 +168,17 @@ class AclConcreteGraph:
         self.stream = None
         self.pool = None
         self.warned = False
-        self.runner.label_streams = {}
         self.record = GraphRecord(self.name, self.config.mode.value, self.ops, fx_graph=self.gm)
         rt.graphs.append(self.record)
+        # what the generated module makes on its first run: TorchAir's events and the labels' streams
+        passes.create_events(self.tagged_event_names)
+        self.runner.label_streams = {label: torch.npu.Stream()._state for label in sorted(self.labels)}
 
     def __call__(self, *args):
         rt = current()
         if self.generation != rt.generation:
             self._start_test(rt)
         self.record.runs += 1
-        if not self.runner.label_streams:
-            passes.create_events(self.tagged_event_names)
-            self.runner.label_streams = {label: torch.npu.Stream()._state for label in sorted(self.labels)}
         if self.eager:
             return self.runner.run(*args)
         key = self.compile(rt, args)
@@ -247,7 +249,7 @@ class AclConcreteGraph:
     def _capture(self, rt, key, args) -> None:
         import torch_npu
 
-        if self.reuse_in_fx and self.metas and key not in self.metas:
+        if self.reuse_in_fx and len(set(self.metas) | {key}) > 1:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
         meta = self.metas[key] = GraphMeta(key, torch_npu.npu.NPUGraph())
@@ -255,7 +257,6 @@ class AclConcreteGraph:
         self.record.captures = len(self.metas)
         if key not in self.record.keys:
             self.record.keys.append(key)
-        meta.parameter_ptrs = {i: args[i].data_ptr() for i in self.parameters}
         meta.mutated_ptrs = {i: args[i].data_ptr() for i in self.mutated}
         limits = torch.npu.get_stream_limit(torch.npu.current_stream())
         meta.cube, meta.vector = limits["cube_core_num"], limits["vector_core_num"]
@@ -278,6 +279,10 @@ class AclConcreteGraph:
                                      None if cloned else t.data_ptr()))
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
+        if self.config.experimental_config.aclgraph._super_kernel_optimize:
+            aclgraph = self.config.experimental_config.aclgraph
+            meta.graph.super_kernel_optimize(optimize_options=aclgraph._super_kernel_optimize_options.value,
+                                             debug_options=aclgraph._super_kernel_debug_options.value)
 
     def process_input(self, rt, meta, args) -> None:
         """Copy this call's inputs into the memory the graph reads: every call into the cloned-input
@@ -330,10 +335,18 @@ class _AclRunner(Runner):
         self.label_streams: dict = {}
 
     def begin(self, rt, args) -> None:
+        from torchair.scope import _scope_attr
+
         self.saved = [rt.current_stream()]
+        self.scope_depth = len(_scope_attr.local.scope_attr.scope_attr_info()) if _scope_attr.has_scope_attr() else 0
 
     def end(self, rt) -> None:
+        """Back to the calling stream and scope stack, also when a node raised."""
+        from torchair.scope import _scope_attr
+
         rt.set_current_stream(self.saved[0])
+        while _scope_attr.has_scope_attr() and len(_scope_attr.local.scope_attr.scope_attr_info()) > self.scope_depth:
+            _scope_attr.scope_exit()
 
     def execute(self, rt, node, args, kwargs):
         name = fxgraph.target_name(node)

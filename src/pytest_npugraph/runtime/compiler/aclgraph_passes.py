@@ -41,6 +41,8 @@ def apply_event_closure_with_multi_stream(gm, graph_name: str, tagged_event_name
             stack.pop()
     if not enters:
         return False, enter_labels, exit_names
+    import torchair.ops._tagged_event  # noqa: F401  (registers the air.tagged_event_* ops)
+
     first = next(iter(gm.graph.nodes))
     enter_tag = f"{graph_name}_{first.name}"
     tagged_event_names.append(enter_tag)

@@ -17,12 +17,21 @@ from .ge import GeGraph
 from .runner import Runner
 
 log = logging.getLogger("torchair")
-_graph_ids = itertools.count(1)   # "graph_<n>": process-global, as TorchAir's _GLOBAL_GRAPH_ID
 ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
 
 
 def next_graph_name() -> str:
-    return f"graph_{next(_graph_ids)}"
+    """"graph_<n>", numbered from 1 in each test (TorchAir's _GLOBAL_GRAPH_ID counts per process, and
+    every test is a fresh machine); the first compile of a test also clears TorchAir's counters."""
+    from torch._dynamo.utils import counters
+
+    from ..runtime import current
+
+    extensions = current().extensions
+    if "torchair.graph_ids" not in extensions:
+        extensions["torchair.graph_ids"] = itertools.count(1)
+        counters["npugraph_ex"].clear()
+    return f"graph_{next(extensions['torchair.graph_ids'])}"
 
 
 def optimize_fx(gm, config, example_inputs):
@@ -98,14 +107,17 @@ def _static_input_idxs(num_dynamo_inputs: int, num_aot_inputs: int) -> list:
 
 def compile_graph(gm, example_inputs, config, decompositions=None):
     """What TorchAir's backend does with a Dynamo graph (``_compile_graph_with_aot``)."""
+    from torchair._utils.error_code import pretty_error_msg
+
     num_inputs = len(example_inputs)
     forward = NpuFxCompiler(config)
 
+    @pretty_error_msg      # as TorchAir's compiler: same exception type, traceback and error code appended
     def fw_compiler(fw_gm, fw_inputs):
         forward.static_input_idxs = _static_input_idxs(num_inputs, len(fw_inputs))
         return forward(fw_gm, fw_inputs)
 
     return aot_module_simplified(
-        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=NpuFxCompiler(config, "backward"),
+        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=pretty_error_msg(NpuFxCompiler(config, "backward")),
         inference_compiler=fw_compiler, decompositions=decompositions or {},
         keep_inference_input_mutations=bool(config.experimental_config.keep_inference_input_mutations))

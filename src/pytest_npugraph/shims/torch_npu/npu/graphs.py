@@ -155,14 +155,17 @@ class NPUGraph:
         if rt.current_stream() is not capture.stream:
             raise RuntimeError("Capture must end on the same stream it began on.")
         self._capture = None
-        self._updatable = list(getattr(capture, "updated", ()))
-        self._graph = capture.end()
+        self._updatable = list(capture.updated)
+        self._graph = capture.end(aborted=getattr(self, "_aborting", False))
 
     def replay(self):
         """Run the captured work again, on the current stream."""
         if self._graph is None:
             raise RuntimeError("Called NPUGraph::replay without a preceding successful capture.")
         rt = _rt()
+        if self._graph.generation != rt.generation:
+            raise RuntimeError("pytest-npugraph: this NPUGraph was captured in another test; every test starts with "
+                               "a fresh emulated device, so capture the graph in the test that replays it.")
         self._graph.replay(rt, rt.current_stream())
 
     def reset(self):
@@ -224,11 +227,14 @@ class graph:
     ``stream=`` is the capture stream, a shared internal side stream by default)."""
 
     default_capture_stream: typing.Optional["torch.npu.Stream"] = None
+    _generation = None    # the test that made default_capture_stream (each test starts over)
 
     def __init__(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
                  capture_error_mode: str = "global"):
-        if self.__class__.default_capture_stream is None:
-            self.__class__.default_capture_stream = torch.npu.Stream()
+        cls = self.__class__
+        if cls.default_capture_stream is None or cls._generation != _rt().generation:
+            cls.default_capture_stream = torch.npu.Stream()
+            cls._generation = _rt().generation
         self.pool = () if pool is None else (pool,)
         self.capture_stream = stream if stream is not None else self.__class__.default_capture_stream
         if self.capture_stream is None:
@@ -245,7 +251,11 @@ class graph:
         self.npu_graph.capture_begin(*self.pool, capture_error_mode=self.capture_error_mode)
 
     def __exit__(self, exc_type, exc_value, traceback):
-        self.npu_graph.capture_end()
+        self.npu_graph._aborting = exc_type is not None
+        try:
+            self.npu_graph.capture_end()
+        finally:
+            self.npu_graph._aborting = False
         self.stream_ctx.__exit__(exc_type, exc_value, traceback)
 
 

@@ -1,0 +1,12 @@
+"""``CompilerConfig.aoe_config`` (AOE tuning; accepted and ignored by the emulator)."""
+from torchair.configs._option_base import FileValue, MustExistedPathValue, NpuBaseConfig, OptionValue
+
+__all__ = []
+
+
+class _AoeConfig(NpuBaseConfig):
+    def __init__(self):
+        self.aoe_mode = OptionValue(None, ["2"])
+        self.work_path = MustExistedPathValue("./")
+        self.aoe_config_file = FileValue(None)
+        super().__init__()

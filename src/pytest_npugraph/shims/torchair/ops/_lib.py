@@ -1,0 +1,3 @@
+import torch
+
+lib = torch.library.Library("air", "FRAGMENT")  # noqa: TOR901

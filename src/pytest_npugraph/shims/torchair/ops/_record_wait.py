@@ -1,0 +1,32 @@
+"""``torchair.ops.record()`` / ``wait(tensors)``: explicit cross-stream ordering inside graphs
+(``air::record`` returns an empty tensor standing for "this point on this stream")."""
+from typing import List
+
+import torch
+from torch.fx.node import has_side_effect
+
+from ._lib import lib
+
+if not hasattr(torch.ops.air, "record"):
+    lib.define("record(*, Device? device=None) -> Tensor")
+    torch.library.impl(lib, "record", "BackendSelect")(lambda *, device=None: torch.empty(0, device=device))
+    torch.library.impl(lib, "record", "Meta")(lambda *, device=None: torch.empty(0, device="meta"))
+
+if not hasattr(torch.ops.air, "wait"):
+    lib.define("wait(Tensor[] x) -> ()")
+    has_side_effect(torch.ops.air.wait.default)
+    torch.library.impl(lib, "wait", "BackendSelect")(lambda tensors: None)
+    torch.library.impl(lib, "wait", "Meta")(lambda tensors: None)
+
+
+def _wait(tensors: List[torch.Tensor]):
+    if tensors is None or len(tensors) == 0:
+        raise ValueError("torchair.ops.wait() requires at least one tensor input")
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError("arguments of torchair.ops.wait() must be torch.Tensor")
+    return torch.ops.air.wait(tensors)
+
+
+def _record():
+    return torch.ops.air.record()

@@ -1,0 +1,158 @@
+"""Tagged events (``npu_create_tagged_event`` / ``npu_tagged_event_record`` / ``npu_tagged_event_wait``),
+``npu_record_tagged_stream`` and the ``air`` ops they trace to.  The ops' kernels run eagerly and in
+reduce-overhead graphs (recording/waiting on the current stream); GE mode rejects them."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import torch
+from torch.fx.node import has_side_effect
+
+from torchair.core.utils import logger
+from torchair.scope._scope_attr import _npu_get_or_create_stream_with_tag
+from ._lib import lib
+from ._utils import TaggedEventBidict
+
+try:
+    import torch_npu  # noqa: F401
+except ImportError as e:
+    raise RuntimeError("Couldn't import torch_npu. While use tagged_event_record/wait/ api, import torch_npu is "
+                       "necessary") from e
+
+_GLOBAL_TAG_TO_EVENT = TaggedEventBidict()
+_GLOBAL_LOCK = threading.Lock()
+
+
+def _get_event_by_tag(tag: str, created_inside: bool):
+    if not created_inside:
+        return _GLOBAL_TAG_TO_EVENT.get(tag)
+    from pytest_npugraph.runtime.compiler.events import internal_event
+
+    return internal_event(tag)
+
+
+def _missing(tag, created_inside, what):
+    hint = (f"please make sure you have created tag {tag} with npu_create_tagged_event API." if created_inside
+            else "please report an issue to Torchair!")
+    return AssertionError(f"tagged event is None while tag is {tag}, tagged event {what} failed, {hint}")
+
+
+def _event(tag, created_inside, what):
+    event = _get_event_by_tag(tag, created_inside)
+    if event is None:
+        raise _missing(tag, created_inside, what)
+    return event
+
+
+def record_impl(tag: str, created_inside: bool = False):
+    logger.debug("tagged event record with tag = [%s]", tag)
+    return _event(tag, created_inside, "record").record(torch.npu.current_stream())
+
+
+def wait_impl(tag: str, created_inside: bool = False):
+    logger.debug("tagged event wait with tag = [%s]", tag)
+    return _event(tag, created_inside, "wait").wait(torch.npu.current_stream())
+
+
+def record_tagged_stream_impl(input: torch.Tensor, tagged_stream: str):
+    stream = _npu_get_or_create_stream_with_tag(tagged_stream)
+    if stream is None:
+        raise AssertionError(f"get stream with tag = {tagged_stream} failed")
+    _npu_view(input).record_stream(stream)
+
+
+def _npu_view(t: torch.Tensor) -> torch.Tensor:
+    """The NPU tensor behind ``t``: an op on NPU tensors reaches this kernel with their CPU payloads."""
+    from pytest_npugraph.runtime import tensor
+
+    block = None if t.is_npu else tensor._storage_blocks.get(t.untyped_storage().data_ptr())
+    return t if block is None else tensor.NpuTensor(t, block.device, block)
+
+
+def _stream(stream_id, device_index, device_type):
+    return torch.npu.Stream(stream_id=int(stream_id), device_index=int(device_index), device_type=int(device_type))
+
+
+def record_on_stream_impl(event_tag: str, stream_id, device_index, device_type, created_inside: bool = False):
+    return _event(event_tag, created_inside, "record on stream").record(_stream(stream_id, device_index, device_type))
+
+
+def wait_on_stream_impl(event_tag: str, stream_id, device_index, device_type, created_inside: bool = False):
+    return _event(event_tag, created_inside, "wait on stream").wait(_stream(stream_id, device_index, device_type))
+
+
+def stream_wait_stream_impl(stream_id, device_index, device_type, other_stream_id, other_device_index,
+                            other_device_type):
+    _stream(stream_id, device_index, device_type).wait_stream(_stream(other_stream_id, other_device_index,
+                                                                      other_device_type))
+
+
+def _define(schema: str, impl, *, name=None):
+    name = name or schema.split("(")[0]
+    if hasattr(torch.ops.air, name):
+        return
+    lib.define(schema)
+    lib.impl(name, lambda *args, **kwargs: None, "Meta")
+    lib.impl(name, impl, "CompositeExplicitAutograd")
+    has_side_effect(getattr(torch.ops.air, name).default)
+
+
+_define("tagged_event_record(str tag, bool created_inside=False) -> ()", record_impl)
+_define("tagged_event_wait(str tag, bool created_inside=False) -> ()", wait_impl)
+_define("record_tagged_stream(Tensor input, str tag) -> ()", record_tagged_stream_impl)
+if not hasattr(torch.ops.air, "record_tagged_stream_"):
+    lib.define("record_tagged_stream_(Tensor(a!) input, str tag) -> ()")
+    lib.impl("record_tagged_stream_", lambda input, tag: None, "Meta")
+    # record_stream does not change the data: functionalization lowers to the out-of-place op
+    lib.impl("record_tagged_stream_", lambda input, tag: torch.ops.air.record_tagged_stream(input, tag),
+             "Functionalize")
+    lib.impl("record_tagged_stream_", record_tagged_stream_impl, "CompositeExplicitAutograd")
+_define("tagged_event_record_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
+        "bool created_inside=False) -> ()", record_on_stream_impl)
+_define("tagged_event_wait_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
+        "bool created_inside=False) -> ()", wait_on_stream_impl)
+_define("tagged_stream_wait_stream(str stream_id, str device_index, str device_type, str other_stream_id, "
+        "str other_device_index, str other_device_type) -> ()", stream_wait_stream_impl)
+
+
+def _npu_create_tagged_event(tag: str):
+    from pytest_npugraph._context import CONTEXT
+
+    with _GLOBAL_LOCK:
+        _GLOBAL_TAG_TO_EVENT.start(CONTEXT.generation)
+        if tag in _GLOBAL_TAG_TO_EVENT.keys():
+            raise ValueError(f"tagged event tag {tag} is already in use")
+        event = torch.npu.Event()
+        _name_event(event, tag)
+        _GLOBAL_TAG_TO_EVENT[tag] = event
+        logger.debug("create tagged event with tag = [%s] successfully", tag)
+        return event
+
+
+def _name_event(event, tag: str) -> None:
+    """Name the event by its tag in the trace (reports say "tagged event '66'")."""
+    rt, state = event._live()
+    state.label = f"tagged event '{tag}'"
+    info = rt.trace.events.get(state.eid)
+    if info is not None:
+        rt.trace.events[state.eid] = dataclasses.replace(info, label=state.label, tag=tag)
+
+
+def _get_tag_by_event(event) -> str:
+    tag = _GLOBAL_TAG_TO_EVENT.get_reverse(event)
+    if tag is None:
+        raise ValueError(f"tagged event {event} is not in use")
+    return tag
+
+
+def _npu_tagged_event_record(event):
+    return torch.ops.air.tagged_event_record(_get_tag_by_event(event))
+
+
+def _npu_tagged_event_wait(event):
+    return torch.ops.air.tagged_event_wait(_get_tag_by_event(event))
+
+
+def _npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str):
+    return torch.ops.air.record_tagged_stream_(input, tagged_stream)
