@@ -21,14 +21,15 @@ def one(trace, kind):
 
 
 # ----------------------------------------------------------------------------- range
-@pytest.mark.parametrize("cube, vector, bad", [(25, -1, "cube_num=25"), (-1, 49, "vector_num=49"),
-                                               (0, -1, "cube_num=0"), (-1, 0, "vector_num=0")])
-def test_stream_limit_outside_device_range(cube, vector, bad):
+@pytest.mark.parametrize("cube, vector, bad, why", [
+    (25, -1, "cube_num=25", "exceeds the device"), (-1, 49, "vector_num=49", "exceeds the device"),
+    (0, -1, "cube_num=0", "leaves no core"), (-1, -2, "vector_num=-2", "not a core count")])
+def test_stream_limit_outside_device_range(cube, vector, bad, why):
     b = Builder()
     s = b.stream(0, "side")
     b.limit(s, cube, vector)
     hazard = one(b.trace, "core-limit")
-    assert bad in hazard.message and "npu:0/side" in hazard.message
+    assert bad in hazard.message and why in hazard.message and "npu:0/side" in hazard.message
     assert hazard.where == ["model.py:2"] and hazard.streams == ["npu:0/side"]
 
 
@@ -150,6 +151,8 @@ def test_limit_that_applies_or_no_limit_is_silent():
     b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False)   # no limit in force
     b.limit(s, vector=8)
     b.kernel(s, "swiglu", vector=48)                                    # the limit binds it
+    b.limit(s, vector=48)                                               # the maximum: no limit
+    b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False)
     assert kinds(b.trace, "limit-ineffective") == []
 
 

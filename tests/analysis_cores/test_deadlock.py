@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from pytest_npugraph.analysis import deadlock
+from pytest_npugraph.analysis import deadlock, taskgraph
 
 from .build import Builder, seed
 
@@ -156,3 +156,28 @@ def test_uncontended_pipeline_needs_no_branching():
             b.kernel(main, "nonzero", vector=32, resident=True)
     assert deadlock.explore(b.trace).states == 1
     assert deadlock.find(b.trace) == []
+
+
+def test_spmd_ranks_are_interchangeable_unless_an_event_links_one_to_another():
+    b = seed()
+    assert len(deadlock.Search(taskgraph.build(b.trace)).orbits) == 1
+    b.order(0, 3)  # npu:1's hccl stream waits for an event recorded on npu:0
+    assert deadlock.Search(taskgraph.build(b.trace)).orbits == []
+
+
+def test_spmd_report_summarises_queued_streams_and_gives_one_fix_per_call_site():
+    b = Builder(devices=3)
+    for device in range(3):
+        rs, ep, nz, compute = (b.stream(device, name) for name in ("hccl", "moe", "nz", "compute"))
+        b.collective(rs, "reduce_scatter", "tp", 0, vector=16)
+        b.collective(ep, "dispatch_combine", "ep", 0, vector=24)
+        b.kernel(nz, "nonzero", vector=48, resident=True, line=50)  # one line run by every rank
+        b.order(rs, compute)
+        b.kernel(compute, "matmul", cube=24)
+    (hazard,) = deadlocks(b.trace)
+    assert "more streams blocked behind them: " in hazard.message
+    assert "npu:0/compute" in hazard.message.split("blocked behind them: ")[1]
+    assert "EventWait" not in hazard.message.split("blocked behind them")[0]
+    fix = hazard.message.split("fix: ")[1]
+    assert fix.count("limit nonzero on") == 1 and "(model.py:50) to 8 vector cores" in fix
+    assert ", and the same on npu:" in fix

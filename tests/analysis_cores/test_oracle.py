@@ -17,7 +17,7 @@ from .build import Builder
 from .oracle import Oracle
 
 MAX_TASKS = 7
-EXAMPLES = 600
+EXAMPLES = 1000
 
 
 @st.composite
@@ -28,12 +28,12 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
     limits, host syncs.  Half the scenarios are SPMD: every device runs the same program
     (interchangeable devices, which the search folds together)."""
     devices, spmd = draw(st.integers(2, 3)), draw(st.booleans())
-    shared = (draw(st.integers(0, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4)))
+    shared = (draw(st.integers(0, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4)))
     b = Builder(devices=0)
     streams = []
     for device in range(devices):
         cube, vector, count = shared if spmd else (
-            draw(st.integers(0, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4)))
+            draw(st.integers(0, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4)))
         b.marker("device", detail=(device, cube, vector))
         streams.append([b.stream(device) for _ in range(count)])
     programs: list = [[] for _ in range(devices)]   # per device: calls, in its issue order
@@ -41,7 +41,7 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
 
     def cores():
         return dict(cube=draw(st.integers(0, 3)), vector=draw(st.integers(0, 6)),
-                    resident=draw(st.booleans()), limit_applies=draw(st.booleans()))
+                    resident=draw(st.integers(0, 3)) > 0, limit_applies=draw(st.booleans()))
 
     def collective(sid, group, op, profile):
         device = b.trace.streams[sid].device
@@ -76,11 +76,11 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
                 call = lambda sid=sid: b.kernel(sid, "op", **profile)  # noqa: E731
             elif what == "collective":
                 call = collective(sid, group, op, profile)
-            elif what == "event":
-                other = rank if spmd else draw(st.integers(0, devices - 1))
-                then = streams[other][draw(st.integers(0, 3)) % len(streams[other])] if not spmd \
-                    else streams[rank][(index + 1) % len(streams[rank])]
-                call = lambda first=sid, then=then, eid=b.event(): (b.record(first, eid), b.wait(then, eid))  # noqa: E731
+            elif what == "event":  # a wait on another stream, rarely on another device
+                other = streams[rank] if spmd or draw(st.integers(0, 3)) else streams[one]
+                then = other[(index + 1 if spmd else draw(st.integers(0, 3))) % len(other)]
+                call = lambda first=sid, then=then, eid=b.event(): (  # noqa: E731
+                    b.record(first, eid), b.wait(then, eid))
             elif what == "limit":
                 call = lambda sid=sid: b.limit(sid, *values)  # noqa: E731
             else:
@@ -107,10 +107,11 @@ def test_search_agrees_with_exhaustive_oracle():
         if result.stuck is not None:  # the reported state really is stuck
             assert oracle.stuck(_as_oracle_state(trace, *result.stuck)), _show(trace)
         verdicts[expected] += 1
+        verdicts["folded"] += bool(deadlock.Search(taskgraph.build(trace)).orbits)
 
     agree()
-    # the generator must exercise both verdicts, or agreement says little
-    assert verdicts[True] >= EXAMPLES // 10 and verdicts[False] >= EXAMPLES // 10, verdicts
+    # the generator must exercise both verdicts and the device folding, or agreement says little
+    assert min(verdicts[True], verdicts[False], verdicts["folded"]) >= EXAMPLES // 10, verdicts
 
 
 class Unreduced(deadlock.Search):
@@ -136,7 +137,8 @@ def test_reductions_keep_the_verdict_on_larger_scenarios(trace):
     reduced, full = deadlock.Search(graph).run(), Unreduced(graph).run(budget=10**6)
     assert reduced.complete and full.complete
     assert (reduced.stuck is None) == (full.stuck is None), _show(trace)
-    assert reduced.states <= full.states
+    if full.stuck is None:  # both saw every state they reach: the reduced ones are a subset
+        assert reduced.states <= full.states
 
 
 def _as_oracle_state(trace, pos, held) -> dict:

@@ -31,6 +31,8 @@ Rules
   their cores until all blocks are in, so they can block each other: an error), and ops
   whose stream limit applies (the docs' rule for limited streams: a warning when only it
   is broken, since ops that are not resident can still share cores in waves).
+* A limit counts where it restricts: ``0 < limit < pool`` (a limit equal to the device
+  maximum, as torchair restores around a scope, binds nothing).
 * ``limit-ineffective``: a limit in force on an op it does not bind (AICPU, ATB, static
   kernels: ``OpCores.limit_applies`` False).  An error when the op still takes AI cores and
   is resident or may overlap other core users on its device (the limit was meant to keep
@@ -44,15 +46,15 @@ from typing import Optional
 from ..hazard import Hazard
 from ..trace import Marker, Trace
 from . import taskgraph
-from .taskgraph import TYPE_NAMES, RangeMax, Task, TaskGraph
+from .taskgraph import TYPE_NAMES, TYPES, RangeMax, Task, TaskGraph
 
-TYPES = (taskgraph.CUBE, taskgraph.VECTOR)
 ARGS = ("cube_num", "vector_num")
 LIMIT_RULE = ("the ops that can block each other must together use no more cores than the "
               "device physically has")
 
 
 def find(trace: Trace, cache: Optional[dict] = None) -> list:
+    """``core-limit`` and ``limit-ineffective`` hazards of ``trace``."""
     graph = taskgraph.of(trace, cache)
     return out_of_range(graph) + oversubscribed(graph) + ineffective(graph)
 
@@ -106,22 +108,32 @@ def _range_hazard(what: str, k: int, value: int, pool: tuple, device: int, rec, 
         "core-limit",
         f"{what}: a {kind} core limit must be in {allowed} on npu:{device}, which has {size} "
         f"{kind} cores (set_stream_limit and limit_core_num take [1, max_{kind}]); {value} "
-        f"{'exceeds the device' if value > size else 'leaves no core to run on'}",
+        + ("exceeds the device" if value > size else "leaves no core to run on" if value == 0
+           else "is not a core count (-1 alone means unchanged)"),
         where=[str(rec.site)], streams=list(streams), seqs=(rec.seq,))
 
 
 # ------------------------------------------------------------------ oversubscription
-def _counted(t: Task, k: int, resident_only: bool) -> int:
+def _limits(graph: TaskGraph, t: Task) -> tuple:
+    """The limits in force on ``t`` per pool that restrict anything (0 < limit < pool):
+    a limit at the device maximum (as torchair restores after a scope) is no limit."""
+    pool = graph.pool(t)
+    return tuple(v if 0 < v < pool[k] else 0
+                 for k, v in zip(TYPES, (t.rec.cube_limit, t.rec.vector_limit)))
+
+
+def _counted(graph: TaskGraph, t: Task, k: int, resident_only: bool) -> int:
     """Cores of pool ``k`` that op ``t`` occupies for the rule (0: it does not count)."""
     if t.resident:
         return t.need[k]
-    rec = t.kernel
-    if resident_only or rec is None or not rec.cores.limit_applies:
+    if resident_only or t.kernel is None or not t.rec.cores.limit_applies:
         return 0
-    return t.need[k] if (rec.cube_limit, rec.vector_limit)[k] > 0 else 0
+    return t.need[k] if _limits(graph, t)[k] else 0
 
 
 def oversubscribed(graph: TaskGraph) -> list:
+    """Per device and pool: sets of resident ops above the pool (errors), then sets that
+    also count limited streams' ops (warnings), each set reported once."""
     hazards: list = []
     for device, lanes in graph.device_lanes.items():
         if len(lanes) < 2:
@@ -145,7 +157,7 @@ def _cliques(graph: TaskGraph, lanes: list, k: int, resident_only: bool):
     """Sets of mutually concurrent ops (one per stream) whose counted cores exceed the pool:
     for each op, the heaviest such set containing it (branch and bound over the other
     streams' windows, which are intervals), skipping ops already in a reported set."""
-    weight = {t.tid: _counted(t, k, resident_only) for t in graph.tasks}
+    weight = {t.tid: _counted(graph, t, k, resident_only) for t in graph.tasks}
     peak = {lane: RangeMax([weight[tid] for tid in graph.lanes[lane]]) for lane in lanes}
     covered: set = set()
     for lane in lanes:
@@ -184,7 +196,7 @@ def _clique_hazard(graph: TaskGraph, device: int, k: int, clique: list, resident
     total = sum(t.need[k] for t in clique)
 
     def part(t: Task) -> str:
-        limit = (t.rec.cube_limit, t.rec.vector_limit)[k]
+        limit = _limits(graph, t)[k]
         how = ["resident: all blocks at once" if t.resident else "not resident"]
         if limit and t.rec.cores.limit_applies:
             how.append(f"stream limit {limit}")
@@ -226,7 +238,7 @@ def ineffective(graph: TaskGraph) -> list:
     groups = defaultdict(list)
     for t in graph.tasks:
         rec = t.kernel
-        if rec is not None and (rec.cube_limit > 0 or rec.vector_limit > 0) and not rec.cores.limit_applies:
+        if rec is not None and not rec.cores.limit_applies and any(_limits(graph, t)):
             groups[rec.op, str(rec.site), t.lane].append(t)
     hazards = []
     for group in groups.values():
@@ -244,7 +256,7 @@ def _ineffective_hazard(graph: TaskGraph, group: list, overlaps: list) -> Hazard
     why = WHY_IGNORED.get(rec.cores.kind, f"this {rec.cores.kind} op runs as a static kernel "
                           "(compiled without tiling, so the core count cannot reach it)")
     times = f" ({count} launches)" if count > 1 else ""
-    limits = " and ".join(f"{TYPE_NAMES[k]} {v}" for k, v in zip(TYPES, (rec.cube_limit, rec.vector_limit)) if v > 0)
+    limits = " and ".join(f"{TYPE_NAMES[k]} {v}" for k, v in zip(TYPES, _limits(graph, t)) if v)
     text = f"{graph.describe(t)}{times} runs under a core limit ({limits}) that does not take effect: {why}."
     uses = " + ".join(f"{t.need[k]} {TYPE_NAMES[k]}" for k in TYPES if t.need[k])
     serious = bool(uses) and (t.resident or bool(overlaps))

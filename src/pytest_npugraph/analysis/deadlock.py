@@ -31,18 +31,24 @@ competitor short on one device is what the ``core-limit`` check reports statical
 reachable state where no step is enabled while work remains is a deadlock.
 
 Search: breadth-first over states ``(stream positions, cores held by each stream head,
-arrived flags)`` with a visited set and two reductions that keep every deadlock:
+arrived flags)`` with a visited set, and reductions that keep every deadlock:
 
-* *safe steps* run at once without branching: event steps, ops using no cores, and core
-  steps whose pool can never run short while they may be in flight (their blocks plus the
-  largest resident demand of each other stream that may overlap them fit the pool, and the
-  same holds for every op they may overlap), so no order of them matters;
+* *safe steps* run at once, without branching: event steps, ops using no cores, and core
+  steps no order can change.  Statically: the op's blocks plus the largest resident demand
+  of each other stream that may overlap it fit the pool, and so do those of every op it
+  may overlap.  Dynamically: every op that may still overlap it on that pool is an arrived
+  collective, which can only free cores, so the step stays enabled and loses nothing by
+  going first;
 * the remaining steps are only interleaved within one *cluster* of devices: a device plus
   every device its stream heads wait on (the peers of an arrived collective, cross-device
   prerequisites), transitively.  Until one of its heads waits on them, steps of other
   devices touch none of its state, so its enabled steps form a persistent set (Godefroid
-  1996); the smallest cluster's steps are explored.  The state graph is acyclic (every
-  step makes progress), so no deadlock is lost.
+  1996); the smallest cluster's steps are explored;
+* interchangeable devices (SPMD ranks: same pools, same tasks stream by stream, no
+  cross-device prerequisite) are folded: states equal up to swapping them are one state.
+
+The state graph is acyclic (every step makes progress), so persistent sets need no cycle
+proviso.  The naive oracle in tests/analysis_cores checks all of this against plain DFS.
 
 The search stops at the first deadlock, or after ``budget`` distinct states: then ``find``
 reports nothing and logs a warning on ``pytest_npugraph.analysis.deadlock``;
@@ -65,13 +71,12 @@ from typing import Optional
 from ..hazard import Hazard
 from ..trace import Trace
 from . import taskgraph
-from .taskgraph import CUBE, TYPE_NAMES, VECTOR, RangeMax, Task, TaskGraph, stream_name
+from .taskgraph import CUBE, TYPE_NAMES, TYPES, VECTOR, RangeMax, Task, TaskGraph, stream_name
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET = 200_000
+DEFAULT_BUDGET = 50_000
 EMPTY = (0, 0, False)  # cores held (cube, vector) by a stream's head, and "arrived"
-TYPES = (CUBE, VECTOR)
 
 
 @dataclass(frozen=True)
@@ -223,19 +228,23 @@ class Search:
         """Run every safe step until none is enabled (their order does not matter), and
         return the canonical form of the state reached."""
         pos, held = list(pos), list(held)
-        progress = True
-        while progress:
-            progress = False
-            for lane in range(len(self.lanes)):
+        for key in self.arrived_keys(pos, held):  # arrived in the step just taken
+            if self.safe[key]:
+                self.complete(pos, held, key)
+        dirty = set(self.dev_lanes)  # devices where a step may have become enabled
+        while dirty:
+            device = dirty.pop()
+            for lane in self.dev_lanes[device]:
                 while True:
                     t = self.head(pos, lane)
-                    if (t is None or not (self.safe[t.tid] or self.uncontested(pos, held, t))
+                    if (t is None or held[lane][2] or not (self.safe[t.tid] or self.uncontested(pos, held, t))
                             or not self.step(pos, held, lane)):
                         break
-                    progress = True
-            for key in self.arrived_keys(pos, held):
-                if self.safe[key] and self.complete(pos, held, key):
-                    progress = True
+                    dirty.add(device)
+                    dirty |= self.woken[t.tid]
+                    key = t.collective if held[lane][2] else None
+                    if key is not None and self.safe[key] and self.complete(pos, held, key):
+                        dirty |= self.devices(("key", key))
         return self.canonical(pos, held)
 
     def uncontested(self, pos, held, t: Task) -> bool:
@@ -331,6 +340,16 @@ class Search:
         return Exploration(len(visited), True)
 
     # -- static facts about the task graph, computed once
+    @cached_property
+    def woken(self) -> list:
+        """``tid -> devices`` whose tasks wait for it across devices (events, syncs)."""
+        out = [set() for _ in self.g.tasks]
+        for t in self.g.tasks:
+            for d in t.deps:
+                if self.g.device(self.g.tasks[d]) != self.g.device(t):
+                    out[d].add(self.g.device(t))
+        return out
+
     @cached_property
     def windows(self) -> list:
         """``tid -> [(lane, lo, hi)]``: what may overlap it on the other streams of its device."""
@@ -434,88 +453,162 @@ class Search:
 def report(graph: TaskGraph, pos: tuple, held: tuple) -> Hazard:
     """Explain a deadlocked state: what each blocked op waits for, the circular wait
     (networkx wait-for graph), and how to break it."""
-    import networkx as nx
+    return _Explanation(Search(graph), pos, held).hazard()
 
-    search = Search(graph)
-    heads = {lane: t for lane in range(len(search.lanes))
-             if (t := search.head(pos, lane)) is not None}
-    wfg, lines = nx.DiGraph(), []
 
-    def name(node) -> str:
-        if isinstance(node, tuple):
-            return f"npu:{node[2]} (never issues collective {node[1][0]!r}#{node[1][1]})"
-        t = graph.tasks[node]
-        key = f"[{t.collective[0]}#{t.collective[1]}]" if t.collective else ""
-        return f"{t.rec.op if t.kernel else type(t.rec).__name__}{key}@{graph.stream_label(t.lane)}"
+class _Explanation:
+    """The wait-for graph of a stuck state.  Nodes are tasks (and a missing peer); an edge
+    ``a -> b`` means ``a`` cannot proceed until ``b`` does: ``b`` holds cores ``a`` needs,
+    is a peer ``a``'s collective waits for, is a prerequisite of ``a``, or is the head
+    a waited-for task is queued behind on its stream."""
 
-    def queued(tid: int) -> None:
-        """A waited-for task that is not at its stream's head waits for that head."""
-        t = graph.tasks[tid]
-        h = heads.get(t.lane)
-        if h is not None and h.tid != tid:
-            wfg.add_edge(tid, h.tid)
+    def __init__(self, search: Search, pos: tuple, held: tuple) -> None:
+        import networkx as nx
 
-    for lane, t in heads.items():
-        dev = graph.device(t)
-        wfg.add_node(t.tid)
-        pending = [d for d in t.deps if not search.done(pos, d)]
-        c, v, arrived = held[lane]
+        self.search, self.g, self.pos, self.held = search, search.g, pos, held
+        self.heads = {lane: t for lane in range(len(search.lanes))
+                      if (t := search.head(pos, lane)) is not None}
+        self.wfg = nx.DiGraph()
+        self.reasons = {lane: self.wait(lane, t) for lane, t in self.heads.items()}
+
+    def edge(self, tid: int, node) -> None:
+        """``tid`` waits for ``node``, which waits for its stream's head if queued."""
+        self.wfg.add_edge(tid, node)
+        if isinstance(node, int):
+            head = self.heads.get(self.g.tasks[node].lane)
+            if head is not None and head.tid != node:
+                self.wfg.add_edge(node, head.tid)
+
+    def wait(self, lane: int, t: Task) -> str:
+        """Add ``t``'s edges; say what it waits for."""
+        g, held = self.g, self.held
+        self.wfg.add_node(t.tid)
+        pending = [d for d in t.deps if not self.search.done(self.pos, d)]
         if pending:
             for d in pending:
-                wfg.add_edge(t.tid, d)
-                queued(d)
-            why = "waits for " + ", ".join(graph.describe(graph.tasks[d]) for d in pending)
-        elif arrived:
-            key = t.collective
-            members = {graph.device(graph.tasks[m]): m for m in graph.collectives[key]}
-            waiting = []
-            for device in sorted(graph.members[key[0]] | set(members)):
-                m = members.get(device)
-                if m is None:
-                    wfg.add_edge(t.tid, ("missing", key, device))
-                    waiting.append(f"npu:{device}, which never issues it")
-                elif heads.get(graph.tasks[m].lane) is not graph.tasks[m] or not held[graph.tasks[m].lane][2]:
-                    wfg.add_edge(t.tid, m)
-                    queued(m)
-                    ahead = heads.get(graph.tasks[m].lane)
-                    waiting.append(graph.describe(graph.tasks[m]) + (
-                        f", queued behind {graph.describe(ahead)}" if ahead is not graph.tasks[m] else ""))
-            have = _cores(t.need)
-            why = (f"collective {key[0]!r}#{key[1]} arrived{' holding ' + have if have else ''}; "
-                   f"waits for its peers: " + "; ".join(waiting))
-        else:
-            free = search.free(held, dev)
-            short = [k for k in TYPES if t.need[k] > held[lane][k] and free[k] < 1]
-            holders = [h for ln in search.dev_lanes[dev] if ln != lane and (h := heads.get(ln))
-                       and any(held[ln][k] for k in short)]
-            for h in holders:
-                wfg.add_edge(t.tid, h.tid)
-            got = (c, v)
-            held_by = ", ".join(f"{graph.describe(h)} holds {_cores(held[h.lane][:2], short)}"
-                                for h in holders)
-            if t.resident:
-                why = (f"needs all its {_cores(t.need)} blocks resident at once and holds "
-                       f"{_cores(got) or 'none'}; no core is free: {held_by}")
-            else:
-                why = f"needs a free {'/'.join(TYPE_NAMES[k] for k in short)} core; {held_by}"
-        lines.append(f"  - {graph.describe(t)}: {why}")
+                self.edge(t.tid, d)
+            return "waits for " + ", ".join(g.describe(g.tasks[d]) for d in pending)
+        if held[lane][2]:
+            return self.peers(t)
+        free = self.search.free(held, g.device(t))
+        short = [k for k in TYPES if t.need[k] > held[lane][k] and free[k] < 1]
+        holders = [h for ln in self.search.dev_lanes[g.device(t)] if ln != lane
+                   and (h := self.heads.get(ln)) and any(held[ln][k] for k in short)]
+        for h in holders:
+            self.edge(t.tid, h.tid)
+        held_by = ", ".join(f"{g.describe(h)} holds {_cores(held[h.lane], short)}" for h in holders)
+        if t.resident:
+            return (f"needs all its {_cores(t.need)} blocks resident at once and holds "
+                    f"{_cores(held[lane]) or 'none'}; no core is free: {held_by}")
+        return f"needs a free {'/'.join(TYPE_NAMES[k] for k in short)} core; {held_by}"
 
-    cycle = _pick_cycle(wfg, heads, graph)
-    stuck = list(heads.values())
-    devices = sorted({graph.device(t) for t in stuck})
-    message = (
-        f"streams on {', '.join(f'npu:{d}' for d in devices)} can block each other forever "
-        f"(found by searching every order in which ready ops can take cores); in the reached "
-        f"state nothing can make progress:\n" + "\n".join(lines)
-        + ("\n  cycle: " + " -> ".join(name(n) for n in cycle + cycle[:1]) if cycle else "")
-        + "\n  fix: " + _fix(search, heads, held))
-    kernels = [t for t in stuck if t.kernel]
-    return Hazard(
-        "deadlock", message,
-        where=_unique(str(t.rec.site) for t in kernels or stuck),
-        streams=_unique(graph.stream_label(t.lane) for t in stuck),
-        ops=_unique(t.rec.op for t in kernels),
-        seqs=tuple(t.rec.seq for t in stuck))
+    def peers(self, t: Task) -> str:
+        g, key = self.g, t.collective
+        members = {g.device(g.tasks[m]): g.tasks[m] for m in g.collectives[key]}
+        waiting = []
+        for device in sorted(g.members[key[0]] | set(members)):
+            m = members.get(device)
+            if m is None:
+                self.edge(t.tid, ("missing", key, device))
+                waiting.append(f"npu:{device}, which never issues it")
+                continue
+            ahead = self.heads.get(m.lane)
+            if ahead is m and self.held[m.lane][2]:
+                continue
+            self.edge(t.tid, m.tid)
+            waiting.append(g.describe(m) + (f", queued behind {g.describe(ahead)}" if ahead is not m else ""))
+        have = _cores(t.need)
+        return (f"collective {key[0]!r}#{key[1]} arrived{' holding ' + have if have else ''}; "
+                f"waits for its peers: " + "; ".join(waiting))
+
+    def name(self, node) -> str:
+        if isinstance(node, tuple):
+            return f"npu:{node[2]} (never issues collective {node[1][0]!r}#{node[1][1]})"
+        t = self.g.tasks[node]
+        key = f"[{t.collective[0]}#{t.collective[1]}]" if t.collective else ""
+        return f"{t.rec.op if t.kernel else type(t.rec).__name__}{key}@{self.g.stream_label(t.lane)}"
+
+    def cycle(self) -> list:
+        """The circular wait to show: through the most hold-and-wait ops, then the shortest."""
+        import networkx as nx
+
+        def rank(cycle):
+            return (sum(isinstance(n, int) and _hold_and_wait(self.g.tasks[n]) for n in cycle), -len(cycle))
+
+        cycles = list(islice(nx.simple_cycles(self.wfg), 500))
+        return max(cycles, key=rank) if cycles else []
+
+    def fix(self) -> str:
+        """On each device where a hold-and-wait op (resident, not a collective: NonZero-like)
+        waits for cores, limit it so that it and every resident op that may overlap it fit
+        the pool; where that cannot work, order them; with no such op, align and shrink
+        the collectives."""
+        g, advice = self.g, {}   # (limit?, op, site, what to do) -> streams
+        for lane, t in sorted(self.heads.items()):
+            for k in TYPES:
+                if not (_hold_and_wait(t) and self.held[lane][k] < t.need[k]):
+                    continue
+                peaks, size = self.search.overlap_peaks(t, k), g.pool(t)[k]
+                room = size - sum(u.need[k] for u in peaks)
+                if room >= 1 and t.rec.cores.limit_applies:
+                    arithmetic = " - ".join([str(size)] + [f"{u.need[k]} {u.rec.op}" for u in peaks])
+                    key = (True, t.rec.op, t.rec.site, f"to {room} {TYPE_NAMES[k]} cores ({arithmetic})")
+                else:
+                    reason = ("a core limit does not take effect on it" if room >= 1 else
+                              f"the ops it may overlap already need {size - room} of {size}")
+                    key = (False, t.rec.op, t.rec.site, "before or after the ops it competes with (an "
+                           f"event recorded on one stream, waited on the other): {reason}")
+                advice.setdefault(key, []).append(g.stream_label(lane))
+
+        def say(verb, op, site, what, streams):  # one line for the same call on every rank
+            same = f", and the same on {', '.join(streams[1:])}" if len(streams) > 1 else ""
+            return f"{verb} {op} on {streams[0]} ({site}) {what}{same}"
+
+        limits = [say("limit", *key[1:], streams) for key, streams in advice.items() if key[0]]
+        orders = [say("order", *key[1:], streams) for key, streams in advice.items() if not key[0]]
+        if limits:
+            orders.insert(0, "; ".join(limits) + " -- with torch.npu.set_stream_limit(stream, "
+                          "cube_num=-1, vector_num=N) in eager code or `with torchair.scope."
+                          "limit_core_num(aicore, vector):` in graph mode; the ops that can block "
+                          "each other must together use no more cores than the device has")
+        return "; ".join(orders) or (
+            "issue the collectives in the same order on every rank, and give concurrent "
+            "collectives few enough cores that they fit together, so that no rank holds cores "
+            "in a collective its peers reach only after one they are blocked in")
+
+    def shown(self, cycle: list) -> list:
+        """The heads to explain: those on the cycle and the ones holding cores on its
+        devices (all heads when there is no cycle); the rest are only counted."""
+        g = self.g
+        lanes = {g.tasks[n].lane for n in cycle if isinstance(n, int)}
+        devices = {g.lane_device[lane] for lane in lanes}
+        lanes |= {lane for lane in self.heads if g.lane_device[lane] in devices
+                  and any(self.held[lane][k] for k in TYPES)}
+        return sorted(lanes & set(self.heads)) or sorted(self.heads)
+
+    def hazard(self) -> Hazard:
+        g = self.g
+        cycle = self.cycle()
+        shown = self.shown(cycle)
+        stuck = [self.heads[lane] for lane in shown]
+        devices = ", ".join(f"npu:{d}" for d in sorted({g.device(t) for t in self.heads.values()}))
+        others = [g.stream_label(lane) for lane in sorted(set(self.heads) - set(shown))]
+        message = (
+            f"streams on {devices} can block each other forever (found by searching every "
+            f"order in which ready ops can take cores); in the reached state nothing can make "
+            f"progress:\n" + "\n".join(f"  - {g.describe(self.heads[lane])}: {self.reasons[lane]}"
+                                         for lane in shown)
+            + (f"\n  ... and {len(others)} more streams blocked behind them: {', '.join(others)}"
+               if others else "")
+            + ("\n  cycle: " + " -> ".join(map(self.name, cycle + cycle[:1])) if cycle else "")
+            + "\n  fix: " + self.fix())
+        kernels = [t for t in stuck if t.kernel]
+        return Hazard(
+            "deadlock", message,
+            where=_unique(str(t.rec.site) for t in kernels or stuck),
+            streams=_unique(g.stream_label(t.lane) for t in stuck),
+            ops=_unique(t.rec.op for t in kernels),
+            seqs=tuple(t.rec.seq for t in stuck))
 
 
 def _cores(counts, types=TYPES) -> str:
@@ -524,50 +617,3 @@ def _cores(counts, types=TYPES) -> str:
 
 def _hold_and_wait(t: Task) -> bool:
     return t.resident and t.collective is None
-
-
-def _pick_cycle(wfg, heads, graph) -> list:
-    """The circular wait to show: through the most hold-and-wait ops, then the shortest."""
-    import networkx as nx
-
-    cycles = list(islice(nx.simple_cycles(wfg), 500))
-    if cycles:
-        return max(cycles, key=lambda c: (sum(isinstance(n, int) and _hold_and_wait(graph.tasks[n])
-                                              for n in c), -len(c)))
-    return []
-
-
-def _fix(search: Search, heads: dict, held: tuple) -> str:
-    """How to break it: on each device where a hold-and-wait op (resident, not a
-    collective: NonZero-like) waits for cores, limit it so that it and every resident op
-    that may overlap it fit the pool; where that cannot work, order them; with no such op,
-    align and shrink the collectives."""
-    graph, limits, orders = search.g, [], []
-    for lane, t in sorted(heads.items()):
-        for k in TYPES:
-            if not (_hold_and_wait(t) and held[lane][k] < t.need[k]):
-                continue
-            peaks, size = search.overlap_peaks(t, k), graph.pool(t)[k]
-            room = size - sum(u.need[k] for u in peaks)
-            if room >= 1 and t.rec.cores.limit_applies:
-                arithmetic = " - ".join([str(size)] + [f"{u.need[k]} {u.rec.op}" for u in peaks])
-                limits.append(f"limit {graph.describe(t)} to {room} {TYPE_NAMES[k]} cores "
-                              f"({arithmetic})")
-            else:
-                reason = ("a core limit does not take effect on it" if room >= 1 else
-                          f"the ops it may overlap already need {size - room} of {size}")
-                orders.append(f"order {graph.describe(t)} before or after the ops it competes "
-                              f"with (an event recorded on one stream, waited on the other): "
-                              f"{reason}")
-    fixes = orders
-    if limits:
-        fixes.insert(0, "; ".join(limits) + " -- with torch.npu.set_stream_limit(stream, "
-                     "cube_num=-1, vector_num=N) in eager code or `with torchair.scope."
-                     "limit_core_num(aicore, vector):` in graph mode; the ops that can block "
-                     "each other must together use no more cores than the device has")
-    if not fixes:
-        fixes.append("issue the collectives in the same order on every rank, and give "
-                     "concurrent collectives few enough cores that they fit together, so that "
-                     "no rank holds cores in a collective its peers reach only after one they "
-                     "are blocked in")
-    return "; ".join(fixes)

@@ -39,6 +39,7 @@ from typing import Optional, Union
 from ..trace import EventRecord, EventWait, HostSync, Kernel, Marker, Trace
 
 CUBE, VECTOR = 0, 1
+TYPES = (CUBE, VECTOR)              # the two core pools of a device
 TYPE_NAMES = ("cube", "vector")
 DEFAULT_POOL = (24, 48)
 
@@ -84,6 +85,9 @@ def stream_name(trace: Trace, sid: int) -> str:
 
 @dataclass
 class TaskGraph:
+    """Tasks by stream ("lane": a dense stream index), devices, pools and collectives of a
+    trace, with happens-before between tasks (vector clocks, computed on first use)."""
+
     trace: Trace
     tasks: list = field(default_factory=list)          # tid -> Task
     lanes: list = field(default_factory=list)          # lane -> [tid in stream order]
@@ -182,7 +186,6 @@ class TaskGraph:
             column = self._columns[key] = [self.clocks[u][t.lane] for u in self.lanes[lane]]
         return (lo, max(lo, bisect_left(column, t.pos)))
 
-
     def overlapping(self, task: Task):
         """``(lane, lo, hi)`` for each other stream of ``task``'s device: the positions that
         may be in flight while ``task`` is."""
@@ -264,19 +267,19 @@ def build(trace: Trace) -> TaskGraph:
             tid = last_record.get(rec.event)
             return (None, ()) if tid is None else (g.lane_device[g.tasks[tid].lane], (tid,))
         if rec.what in ("stream", "read") and rec.stream is not None:
-            ln = lane(rec.stream)
-            return g.lane_device[ln], tuple(g.lanes[ln][-1:])
+            ln = lane_of.get(rec.stream)
+            return (None, ()) if ln is None else (g.lane_device[ln], (g.lanes[ln][-1],))
         return rec.device, tuple(lanes[-1] for ln, lanes in enumerate(g.lanes)
                                  if lanes and g.lane_device[ln] == rec.device)
 
+    for rec in trace.records:  # pools first: a kernel's blocks depend on them
+        if isinstance(rec, Marker) and rec.what == "device":
+            device, cube, vector = rec.detail
+            g.pools[device] = (cube, vector)
     for rec in trace.records:
-        if isinstance(rec, Marker):
-            if rec.what == "device":
-                device, cube, vector = rec.detail
-                g.pools[device] = (cube, vector)
-            elif rec.what == "group":
-                group, devices = rec.detail
-                declared[group] = frozenset(devices)
+        if isinstance(rec, Marker) and rec.what == "group":
+            group, devices = rec.detail
+            declared[group] = frozenset(devices)
         elif isinstance(rec, Kernel):
             add(rec, ())
         elif isinstance(rec, EventRecord):
