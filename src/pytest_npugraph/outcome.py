@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from ._context import CONTEXT
-from .hazard import Hazard, NpuHazardWarning
+from .hazard import KINDS, Hazard, NpuHazardWarning
 
 PROPERTY = "npugraph_hazards"
 _STASH = pytest.StashKey()
@@ -28,8 +28,7 @@ class TestHazards:
         self._cache = (-1, [])
 
     def analyze(self) -> list:
-        module = sys.modules.get("pytest_npugraph.runtime.runtime")
-        rt = module.peek() if module is not None else None   # no NPU use yet: nothing to analyze
+        rt = _runtime()
         if rt is None:
             return []
         n = len(rt.trace.records)
@@ -41,6 +40,12 @@ class TestHazards:
 
     def open(self) -> list:
         return [h for h in self.analyze() if h.key not in self.absorbed]
+
+
+def _runtime():
+    """The running test's emulated runtime, or None if it has not touched the NPU (no torch import)."""
+    module = sys.modules.get("pytest_npugraph.runtime.runtime")
+    return module.peek() if module is not None else None
 
 
 def _unique(hazards) -> list:
@@ -75,32 +80,45 @@ class HazardOutcome:
         self.mode = mode
         self.summary = defaultdict(Counter)   # kind -> Counter(status)
         self.tests = defaultdict(set)         # kind -> nodeids
+        self.export = None                    # report.export.Export with --npu-trace-dir / --npu-html
 
     def check(self, item, failed: bool = False) -> None:
         state = hazards_of(item)
         found = state.analyze()
+        allow = CONTEXT.config.allow
+        status = {h.key: self._status(h, state, allow) for h in found}
+        timeline = self._export(item, found, status)
         if not found:
+            if timeline:
+                item.add_report_section("call", "npugraph timeline", timeline)
             return
         for h in found:
             item.ihook.pytest_npugraph_hazard(item=item, hazard=h)
-        allow = CONTEXT.config.allow
         failing, listed = [], []
         for h in found:
-            status = ("expected" if h.key in state.absorbed else
-                      "allowed" if h.kind in allow else
-                      "warning" if h.severity == "warning" or self.mode == "warn" else
-                      "recorded" if self.mode == "off" else "failed")
-            listed.append((h.kind, status, h.message))
-            if status == "failed":
+            listed.append((h.kind, status[h.key], h.message))
+            if status[h.key] == "failed":
                 failing.append(h)
-            elif status == "warning":
+            elif status[h.key] == "warning":
                 warnings.warn(NpuHazardWarning(f"[{h.kind}] {h.message}"))
         item.user_properties.append((PROPERTY, listed))
+        where = f"\n\ntimeline: {timeline}" if timeline else ""
         if failing and not failed:
-            pytest.fail(format_report(failing), pytrace=False)
+            pytest.fail(format_report(failing) + where, pytrace=False)
         shown = [h for h in found if h.key not in state.absorbed]
         if shown:
-            item.add_report_section("call", "npugraph hazards", format_report(shown))
+            item.add_report_section("call", "npugraph hazards", format_report(shown) + where)
+
+    def _status(self, h: Hazard, state: TestHazards, allow) -> str:
+        return ("expected" if h.key in state.absorbed else
+                "allowed" if h.kind in allow else
+                "warning" if h.severity == "warning" or self.mode == "warn" else
+                "recorded" if self.mode == "off" else "failed")
+
+    def _export(self, item, found: list, status: dict):
+        """Hand the test's timeline to ``--npu-trace-dir`` / ``--npu-html``; the trace file's path."""
+        rt = _runtime() if self.export is not None else None
+        return None if rt is None else self.export.capture(item, rt.trace, found, status)
 
     # ----------------------------------------------------------------- summary
     def pytest_runtest_logreport(self, report):
@@ -119,11 +137,20 @@ class HazardOutcome:
         tr.write_sep("=", "npugraph hazards by kind")
         statuses = ("failed", "expected", "allowed", "warning", "recorded")
         tr.write_line(f"{'kind':<24}" + "".join(f"{s:>10}" for s in statuses) + "   tests")
+        total = Counter()
         for kind in sorted(self.summary):
             counts = self.summary[kind]
+            total.update(counts)
             tests = sorted(self.tests[kind])
             shown = ", ".join(t.split("::")[-1] for t in tests[:3]) + (f" (+{len(tests) - 3})" if len(tests) > 3 else "")
-            tr.write_line(f"{kind:<24}" + "".join(f"{counts[s]:>10}" for s in statuses) + f"   {shown}")
+            line = f"{kind:<24}" + "".join(f"{counts[s]:>10}" for s in statuses) + f"   {shown}"
+            tr.write_line(line, red=counts["failed"] > 0, green=not counts["failed"] and counts["expected"] > 0)
+        tests = set().union(*self.tests.values())
+        tr.write_line(f"{'total':<24}" + "".join(f"{total[s]:>10}" for s in statuses) + f"   {len(tests)} test(s)",
+                      bold=True)
+        unseen = [k for k in KINDS if k not in self.summary]
+        if unseen:
+            tr.write_line(f"kinds not found in this run: {', '.join(unseen)}")
 
 
 __all__ = ["Hazard", "HazardOutcome", "hazards_of", "format_report"]

@@ -38,9 +38,17 @@ def pytest_addoption(parser):
     group.addoption("--npu-hazards", choices=_HAZARDS, default=None,
                     help="what a hazard does to its test: error (fail, default), warn (NpuHazardWarning), "
                          "off (record only). ini: npu_hazards")
+    group.addoption("--npu-trace-dir", default=None, metavar="DIR",
+                    help="write each NPU-using test's timeline to DIR as Chrome-trace JSON (Perfetto, "
+                         "chrome://tracing), named from its nodeid. ini: npu_trace_dir")
+    group.addoption("--npu-html", default=None, metavar="PATH",
+                    help="write a self-contained HTML report (each test's timeline and hazards) to PATH. "
+                         "ini: npu_html")
     parser.addini("npu_emulate", "default for --npu-emulate (auto, on, off)", default="auto")
     parser.addini("npu_chip", "default for --npu-chip", default=DEFAULT_CHIP)
     parser.addini("npu_hazards", "default for --npu-hazards (error, warn, off)", default="error")
+    parser.addini("npu_trace_dir", "default for --npu-trace-dir", default="")
+    parser.addini("npu_html", "default for --npu-html", default="")
 
 
 def _setting(config, name: str, choices=None) -> str:
@@ -88,6 +96,21 @@ def pytest_configure(config):
     CONTEXT.rootdir = str(config.rootpath)
     config._npugraph = HazardOutcome(config, chip, hazards)
     config.pluginmanager.register(config._npugraph, "npugraph-outcome")
+    trace_dir, html_path = _path_setting(config, "npu_trace_dir"), _path_setting(config, "npu_html")
+    if trace_dir or html_path:
+        from .report.export import Export   # no torch, no networkx
+
+        config._npugraph.export = Export(config, trace_dir, html_path, _header(config._npugraph))
+        config.pluginmanager.register(config._npugraph.export, "npugraph-export")
+
+
+def _path_setting(config, name: str):
+    """A path option: the command line's relative to the invocation directory, the ini's to the rootdir."""
+    value = config.getoption(name)
+    if value:
+        return str(config.invocation_params.dir / value)
+    value = str(config.getini(name)).strip()
+    return str(config.rootpath / value) if value else None
 
 
 def pytest_unconfigure(config):
@@ -103,9 +126,18 @@ def pytest_report_header(config):
         return None
     if not CONTEXT.emulating:
         return "npugraph: NPU emulation off"
+    lines = [_header(outcome), "npugraph: 1 emulated device per test (@pytest.mark.npu_devices(N) for more)"]
+    export = outcome.export
+    if export is not None:
+        lines += [f"npugraph: {what} {path}" for what, path in
+                  (("Chrome traces to", export.trace_dir), ("HTML report to", export.html_path)) if path]
+    return lines
+
+
+def _header(outcome) -> str:
     chip = lookup(outcome.chip)
-    return (f"npugraph: NPU emulation on ({chip.name}: {chip.cube_cores} cube / {chip.vector_cores} vector "
-            f"cores, {chip.hbm_bytes >> 30} GiB per device), hazards: {outcome.mode}")
+    return (f"npugraph: NPU emulation {'on' if CONTEXT.emulating else 'off'} ({chip.name}: {chip.cube_cores} cube / "
+            f"{chip.vector_cores} vector cores, {chip.hbm_bytes >> 30} GiB per device), hazards: {outcome.mode}")
 
 
 def pytest_collection_modifyitems(session, config, items):
