@@ -11,14 +11,25 @@ from ..trace import UNKNOWN_SITE, Site
 _PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _excluded_prefixes() -> tuple:
-    import pluggy
-    import torch
-    import _pytest
+# libraries between user code and the emulator (wrappers, decorators, test machinery), never "the user's line"
+_LIBRARIES = ("torch", "_pytest", "pytest", "pluggy", "typing_extensions", "functorch", "hypothesis", "xdist", "execnet",
+              "numpy", "networkx", "sympy")
 
-    dirs = [_PLUGIN_DIR, os.path.dirname(torch.__file__), os.path.dirname(_pytest.__file__),
-            os.path.dirname(pluggy.__file__), sysconfig.get_paths()["stdlib"]]
-    return tuple(os.path.realpath(d) + os.sep for d in dirs) + tuple(d + os.sep for d in dirs)
+
+def _excluded_prefixes() -> tuple:
+    import importlib.util
+
+    dirs = [_PLUGIN_DIR, sysconfig.get_paths()["stdlib"]]
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            # a package excludes its directory, a single-module library (typing_extensions) its file
+            dirs.append(os.path.dirname(spec.origin) if spec.submodule_search_locations else spec.origin)
+    out = []
+    for d in dirs:
+        for form in {d, os.path.realpath(d)}:
+            out.append(form if form.endswith(".py") else form + os.sep)
+    return tuple(out)
 
 
 _EXCLUDED = None
