@@ -89,7 +89,9 @@ class NpuGraph:
         """Write this test's emulated schedule as Chrome-trace JSON (Perfetto, chrome://tracing)."""
         from .report import timeline
 
-        timeline.write(path, self.runtime.trace, self._hazards.analyze())
+        found = self._hazards.analyze()
+        status = {h.key: self._outcome.status_of(h, self._hazards, CONTEXT.config.allow) for h in found}
+        timeline.write(path, self.runtime.trace, found, status)
 
     def assert_clean(self, *kinds: str) -> None:
         """Raise AssertionError describing every hazard found so far (of ``kinds``, or any kind)."""

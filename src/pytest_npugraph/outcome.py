@@ -86,7 +86,7 @@ class HazardOutcome:
         state = hazards_of(item)
         found = state.analyze()
         allow = CONTEXT.config.allow
-        status = {h.key: self._status(h, state, allow) for h in found}
+        status = {h.key: self.status_of(h, state, allow) for h in found}
         timeline = self._export(item, found, status)
         if not found:
             if timeline:
@@ -109,7 +109,7 @@ class HazardOutcome:
         if shown:
             item.add_report_section("call", "npugraph hazards", format_report(shown) + where)
 
-    def _status(self, h: Hazard, state: TestHazards, allow) -> str:
+    def status_of(self, h: Hazard, state: TestHazards, allow) -> str:
         return ("expected" if h.key in state.absorbed else
                 "allowed" if h.kind in allow else
                 "warning" if h.severity == "warning" or self.mode == "warn" else

@@ -280,3 +280,14 @@ def test_timeline_writes_tracks_slices_flows_and_hazard_markers(pytester):
             assert any(e["name"] == "HAZARD race" for e in ev if e["ph"] == "i")
     """)
     run(pytester, "--npu-emulate=on").assert_outcomes(passed=1)
+
+
+def test_timeline_hazard_markers_carry_their_status(pytester):
+    pytester.makepyfile(RACE.replace("    z = y + 1", "    with npugraph.expect('race', match='aten::add'):\n"
+                                                    "        z = y + 1\n    npugraph.timeline('t.json')")
+                        .replace("def test_race():", "def test_race(npugraph):"))
+    run(pytester, "--npu-emulate=on").assert_outcomes(failed=1)
+    import json
+    marks = [e["args"]["status"] for e in json.loads((pytester.path / "t.json").read_text())["traceEvents"]
+             if e.get("cat") == "hazard"]
+    assert "expected" in marks and "failed" in marks
