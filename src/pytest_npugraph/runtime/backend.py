@@ -26,11 +26,7 @@ def _target_device(args, kwargs):
 def _privateuse1_fallback(keyset, op, *args, **kwargs):
     """Ops that reach the npu backend with no NPU tensor argument: factories (``empty``...)."""
     index = _target_device(args, kwargs)
-    rt = current()
-    if index >= len(rt.devices):
-        import torch_npu._C as C
-
-        C._check_device(index)
+    current().check_device(index)
     out = op(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
     created = []
 

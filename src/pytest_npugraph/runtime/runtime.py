@@ -65,6 +65,19 @@ class Runtime:
             raise RuntimeError(f"Invalid device index {device}" + pta_error(ErrCode.VALUE))
         return self.devices[device].stream_by_id(stream_id)
 
+    def check_device(self, index: int, call: str = "aclrtSetDevice") -> None:
+        """Raise the ACL error a real runtime gives for a device this machine does not have."""
+        if index >= len(self.devices):
+            from .errors import ErrCode, pta_error
+
+            raise RuntimeError(f"{call} failed, error code is 107001\n[Error]: invalid device id {index}: the "
+                               f"emulated machine has {len(self.devices)} device(s) (set more with "
+                               f"@pytest.mark.npu_devices(N))" + pta_error(ErrCode.ACL))
+
+    def local_device(self) -> int:
+        """The calling thread's device, -1 when it never set one (``_npu_getLocalDevice``)."""
+        return self.current_device() if getattr(self._local, "device", None) is not None else -1
+
     def current_device(self) -> int:
         return getattr(self._local, "device", 0)
 

@@ -18,10 +18,6 @@ def _rt():
     return _runtime.current()
 
 
-def _acl_error(call: str, detail: str) -> RuntimeError:
-    return RuntimeError(f"{call} failed, error code is 107001\n[Error]: {detail}" + pta_error(ErrCode.ACL))
-
-
 # ----------------------------------------------------------------------- devices
 def _npu_getDeviceCount() -> int:
     return len(_rt().devices)
@@ -29,9 +25,7 @@ def _npu_getDeviceCount() -> int:
 
 def _check_device(index: int, call: str = "aclrtSetDevice"):
     rt = _rt()
-    if index >= len(rt.devices):
-        raise _acl_error(call, f"invalid device id {index}: the emulated machine has {len(rt.devices)} "
-                               f"device(s) (set more with @pytest.mark.npu_devices(N))")
+    rt.check_device(index, call)
     return rt
 
 
@@ -72,8 +66,7 @@ def _npu_getLocalDevice() -> int:
 
 
 def _npu_getDeviceWithoutSet() -> int:
-    rt = _rt()
-    return rt.current_device() if getattr(rt._local, "device", None) is not None else -1
+    return _rt().local_device()
 
 
 def _npu_maybeExchangeDevice(index: int) -> int:
