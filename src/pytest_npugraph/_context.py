@@ -24,12 +24,19 @@ class Context:
     config: TestConfig = field(default_factory=TestConfig)
     generation: int = 0
     hook: Any = None           # pytest's hook relay, for pytest_npugraph_* hooks; None outside pytest
+    test_hook: Any = None      # the running test's hook proxy: only the conftest.py files above it answer
     rootdir: Optional[str] = None
     emulating: bool = False
 
-    def begin(self, config: TestConfig) -> None:
+    def begin(self, config: TestConfig, test_hook: Any = None) -> None:
         self.config = config
+        self.test_hook = test_hook
         self.generation += 1
+
+    def op_profile(self, op_name: str):
+        """The users' ``pytest_npugraph_op_profile`` answer for ``op_name`` (conftests of the running test)."""
+        hook = self.test_hook or self.hook
+        return None if hook is None else hook.pytest_npugraph_op_profile(op_name=op_name)
 
 
 CONTEXT = Context()

@@ -157,7 +157,7 @@ def pytest_runtest_setup(item):
     """Fresh emulated state for every test (built lazily when the test first touches the NPU)."""
     if not CONTEXT.emulating:
         return
-    CONTEXT.begin(config_for(item, item.config._npugraph.chip))
+    CONTEXT.begin(config_for(item, item.config._npugraph.chip), item.ihook)
     item.stash[STASH_MODULES] = activation.snapshot()
 
 

@@ -38,6 +38,7 @@ REGISTRY: list = [
     (("event-misuse",), events.find),
     (("core-limit", "limit-ineffective"), _optional("cores")),
     (("deadlock",), _optional("deadlock")),
+    (("output-overwrite",), _optional("overwrite")),
 ]
 
 

@@ -54,7 +54,34 @@ def _display(filename: str):
 
 def user_site(depth: int = 2) -> Site:
     """The innermost user frame above the caller (cached per code object: cheap on hot paths)."""
+    return _first_user(sys._getframe(depth + 1))
+
+
+def caller_of_compiled(depth: int = 2) -> Site:
+    """The user's line that called a ``torch.compile``d function or module, from inside its compiled
+    graph: the compiled code runs in the frame of the user's ``forward``, which Dynamo's entry
+    (``torch/_dynamo/eval_frame.py``) calls, so take the first user frame above the outermost Dynamo
+    frame of the chain; ``user_site`` when there is none."""
     frame = sys._getframe(depth)
+    entry = None
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_EVAL_FRAME):
+            entry = frame
+        elif entry is not None and _display(frame.f_code.co_filename) is not None:
+            above = frame.f_back    # the user's forward: is it itself run by Dynamo's entry?
+            while above is not None and _display(above.f_code.co_filename) is None \
+                    and not above.f_code.co_filename.endswith(_EVAL_FRAME):
+                above = above.f_back
+            if above is None or not above.f_code.co_filename.endswith(_EVAL_FRAME):
+                break
+        frame = frame.f_back
+    return user_site(depth + 1) if entry is None else _first_user(entry)
+
+
+_EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
+
+
+def _first_user(frame) -> Site:
     while frame is not None:
         code = frame.f_code
         shown = _verdict.get(code, False)

@@ -401,9 +401,7 @@ def op_cores(op: str, device) -> T.OpCores:
     """Cores of collective ``op`` ("hccl::all_reduce"): the users' hook (asked on every call),
     else the custom-op catalog, else ``HCCL_PROFILE``."""
     name = op.split("::")[-1]
-    spec = None
-    if CONTEXT.hook is not None:
-        spec = CONTEXT.hook.pytest_npugraph_op_profile(op_name=name)
+    spec = CONTEXT.op_profile(name)
     if spec is None:
         from .ops import library
 

@@ -37,11 +37,9 @@ def to_cores(spec, device) -> T.OpCores:
 
 
 def _lookup(name: str):
-    hook = CONTEXT.hook
-    if hook is not None:
-        found = hook.pytest_npugraph_op_profile(op_name=name)
-        if found is not None:
-            return found
+    found = CONTEXT.op_profile(name)
+    if found is not None:
+        return found
     from .ops import catalog, library
 
     spec = library.cores_of(name)

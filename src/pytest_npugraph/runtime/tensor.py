@@ -30,6 +30,7 @@ class NpuTensor(torch.Tensor):
 
     _payload: torch.Tensor
     _block: object
+    _graph_call = None   # (graph name, key, replay) when this handle is a graph call's output (see note_output_reads)
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, device_index: int, block=None):
@@ -241,6 +242,7 @@ def _run(func, plan, args, kwargs):
     if any(i is not None for i in plan.returns_args):
         result = _return_written(plan, args, kwargs, result)
     if plan.metadata_only:
+        _inherit_graph_call(inputs, result)
         return result
     _launch(plan.name, device, reads, writes + fresh, replay=(func, uargs, ukwargs, out))
     return result
@@ -293,13 +295,35 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return
+    note_output_reads(rt, reads + writes, site)
     rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]), site=site)
+
+
+def note_output_reads(rt, tensors, site) -> None:
+    """Name each use of a graph call's output handle in the trace, just before the task using it:
+    ``Marker("graph_output_read", detail=((graph name, key, replay), span))``.  A replay returns
+    handles onto the same static buffers every call, so only the handle tells which call's output a
+    task reads (the output-overwrite analysis)."""
+    for t in tensors:
+        call = t._graph_call
+        if call is not None and span(t) is not None:
+            rt.marker("graph_output_read", rt.current_stream(t.device.index), detail=(call, span(t)), site=site)
+
+
+def _inherit_graph_call(inputs, result) -> None:
+    """Views of a graph call's output handle are handles of that call's output too."""
+    tagged = {id(t._block): t._graph_call for t in inputs if t._graph_call is not None}
+    if tagged:
+        for t in _npu_tensors(result if isinstance(result, (list, tuple)) else (result,)):
+            if id(t._block) in tagged:
+                t._graph_call = tagged[id(t._block)]
 
 
 def read_to_host(rt, t: NpuTensor, op: str) -> None:
     """A blocking device-to-host read: a copy task, then the host waits for the stream."""
     stream = rt.current_stream(t.device.index)
     s = span(t)
+    note_output_reads(rt, (t,), user_site(3))
     rt.kernel(stream, op, [s] if s else [], [], cores=profiles.COPY, site=user_site(3))
     rt.host_sync("read", device=t.device.index, stream=stream, site=user_site(3))
 

@@ -29,9 +29,9 @@ from torch._dynamo.utils import counters
 
 from .. import graphs as _graphs
 from .. import profiles
-from ..callsite import user_site
+from ..callsite import caller_of_compiled, user_site
 from ..runtime import current
-from ..tensor import NpuTensor, span
+from ..tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
 from . import fxgraph
 from .records import GraphOp, GraphRecord
@@ -185,6 +185,7 @@ class AclConcreteGraph:
         if self.fallback:
             return self.runner.run(*args)
         meta = self.metas[key]
+        note_output_reads(rt, [a for a in args if isinstance(a, NpuTensor)], caller_of_compiled())
         self.process_input(rt, meta, args)
         meta.graph.replay()
         self.record.replays += 1
@@ -314,13 +315,18 @@ class AclConcreteGraph:
                 warnings.warn(_OUTPUT_WARNING)
                 self.warned = True
         meta.returned = [weakref.ref(t) for t in outputs if isinstance(t, torch.Tensor)]
+        aliased = {j for outs in self.ref_with_output.values() for j in outs}
         if self.clone_output:
-            aliased = {j for outs in self.ref_with_output.values() for j in outs}
             outputs = [t.clone() if isinstance(t, torch.Tensor) and j not in aliased else t
                        for j, t in enumerate(outputs)]
+        else:   # this call's handles onto the static buffers (not outputs that are the user's inputs)
+            call = (self.name, meta.key, self.record.replays)
+            for j, t in enumerate(outputs):
+                if isinstance(t, NpuTensor) and j not in aliased:
+                    t._graph_call = call
         rt.marker("graph_outputs", rt.current_stream(),
                   detail=(self.name, meta.key, self.record.replays,
-                          tuple(span(t) for t in outputs if isinstance(t, NpuTensor))), site=user_site(2))
+                          tuple(span(t) for t in outputs if isinstance(t, NpuTensor))), site=caller_of_compiled())
         return outputs
 
 

@@ -14,8 +14,10 @@ from torch.fx.node import has_side_effect
 
 import torch_npu
 from pytest_npugraph.runtime import graphs as _graphs
+from pytest_npugraph.runtime.callsite import user_site
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.runtime import current as _rt
+from pytest_npugraph.runtime.tensor import NpuTensor, span
 
 __all__ = ["is_current_stream_capturing", "graph_pool_handle", "graph_task_group_begin", "graph_task_group_end",
            "graph_task_update_begin", "graph_task_update_end", "NPUGraph", "graph", "make_graphed_callables",
@@ -310,5 +312,19 @@ def _graphed(g, static_inputs, static_outputs):
             if dst.data_ptr() != src.data_ptr():
                 dst.copy_(src)
         g.replay()
-        return torch.utils._pytree.tree_unflatten([t.detach() for t in flat_out], spec)
+        outputs = [t.detach() for t in flat_out]
+        _name_call_outputs(g, outputs)
+        return torch.utils._pytree.tree_unflatten(outputs, spec)
     return run
+
+
+def _name_call_outputs(g, outputs) -> None:
+    """Tag this call's output handles and name them in the trace, as a compiled graph call does
+    (``Marker("graph_outputs", detail=(label, None, replay, spans))``, for the output-overwrite analysis)."""
+    handles = [t for t in outputs if isinstance(t, NpuTensor)]
+    call = (g._graph.label, None, g._graph.replays)
+    for t in handles:
+        t._graph_call = call
+    rt = _rt()
+    rt.marker("graph_outputs", rt.current_stream(), detail=call + (tuple(span(t) for t in handles),),
+              site=user_site(3))
