@@ -3,7 +3,8 @@
 * ``pytest_npugraph_op_profile``: the core figures of the collectives in seed 000 (reduce-scatter
   takes 16 vector cores, MoE dispatch/combine 24, each holding them until its peers arrive).
 * ``pytest_npugraph_register_ops``: a custom op the emulator does not ship, with its CPU reference
-  math and its profile: an AICPU top-k/top-p sampler (core limits do not bind AICPU ops).
+  math and its profile: an AICPU top-k/top-p sampler (core limits do not bind AICPU ops), and seed
+  004's ``early_start_kernel`` (an add that calls ``SetNextTaskStart``: ``set_next_task_start``).
 * ``@pytest.mark.pending_kind(KIND)``: an example whose hazard kind has no analysis yet runs as a
   strict xfail until the analysis is registered, then as an ordinary test (nothing to edit).
 
@@ -35,6 +36,8 @@ def top_k_top_p_sample(logits, k, p):
 def pytest_npugraph_register_ops(registry):
     registry.register("npu_top_k_top_p_sample", "npu_top_k_top_p_sample(Tensor logits, int k, float p) -> Tensor",
                       top_k_top_p_sample, cores={"kind": "AICPU"})
+    registry.register("npu_early_start_add", "npu_early_start_add(Tensor src0, Tensor src1) -> Tensor",
+                      torch.add, cores={"kind": "AIV", "set_next_task_start": True})
 
 
 def pytest_configure(config):

@@ -83,6 +83,7 @@ class OpCores:
     vector: int = 0            # blocks on vector cores; 0 = none
     all_resident: bool = False  # every block must hold a core at once (NonZero, AIV collectives)
     limit_applies: bool = True  # whether core limits take effect (False for AICPU/ATB/static kernels)
+    early_start: bool = False   # calls SetNextTaskStart: the next SuperKernel sub-kernel may start early
 
 
 # ----------------------------------------------------------------------- records

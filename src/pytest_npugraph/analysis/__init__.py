@@ -39,6 +39,7 @@ REGISTRY: list = [
     (("core-limit", "limit-ineffective"), _optional("cores")),
     (("deadlock",), _optional("deadlock")),
     (("output-overwrite",), _optional("overwrite")),
+    (("super-kernel",), _optional("super_kernel")),
 ]
 
 

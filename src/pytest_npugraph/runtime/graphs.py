@@ -129,6 +129,11 @@ class Capture:
         self.events.append(event)
         self.rt._record_now(event, stream, site)
 
+    def mark(self, what: str, stream, detail: tuple) -> None:
+        """A ``Marker`` that is part of the graph (a SuperKernel scope): recorded now and on each replay."""
+        self.rt.marker(what, stream, detail)
+        self.tasks.append(("m", stream, what, detail, self.rt.trace.records[-1].site))
+
     def wait(self, event, stream, site) -> None:
         if stream.capture is None:          # waiting on a captured event joins the capture
             stream.capture = self
@@ -194,6 +199,8 @@ class CapturedGraph:
                     marks[s.sid] = seq
                 elif kind == "r":
                     rt._record_now(task[2], s, task[3])
+                elif kind == "m":
+                    rt.marker(task[2], s, task[3], task[4])
                 else:
                     rt._wait_now(task[2], s, task[3])
 

@@ -33,7 +33,8 @@ def to_cores(spec, device) -> T.OpCores:
     cube = count(spec.get("cube", "all" if kind == "AICore" else 0), device.cube_cores)
     vector = count(spec.get("vector", "all" if kind in ("AIV", "HCCL", "MC2") else 0), device.vector_cores)
     limit_applies = spec.get("limit_applies", kind not in ("AICPU", "ATB"))
-    return T.OpCores(kind, cube, vector, bool(spec.get("all_resident", False)), bool(limit_applies))
+    return T.OpCores(kind, cube, vector, bool(spec.get("all_resident", False)), bool(limit_applies),
+                     bool(spec.get("set_next_task_start", False)))
 
 
 def _lookup(name: str):

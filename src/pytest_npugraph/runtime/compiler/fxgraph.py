@@ -41,6 +41,7 @@ class Scope:
     aicore: Optional[int] = None        # limit_core_num
     vectorcore: Optional[int] = None
     super_kernel: Optional[str] = None  # None outside any (or inside super_kernel(None))
+    super_kernel_options: str = ""      # its options ("stream-fusion=1:...")
 
 
 def _merge(stack) -> Scope:
@@ -54,7 +55,8 @@ def _merge(stack) -> Scope:
             attrs[key] = value
     core = attrs.get("_op_aicore_num"), attrs.get("_op_vectorcore_num")
     return Scope(attrs.get(STREAM_LABEL), None if core[0] is None else int(core[0]),
-                 None if core[1] is None else int(core[1]), attrs.get("_super_kernel_scope"))
+                 None if core[1] is None else int(core[1]), attrs.get("_super_kernel_scope"),
+                 attrs.get("_super_kernel_options", ""))
 
 
 def scopes(gm) -> dict:

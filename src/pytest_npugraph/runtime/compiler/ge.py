@@ -10,6 +10,9 @@ What the emulation keeps of GE (reference torchair_api.md §1.3, §7.1, §7.4):
 * ``npu_wait_tensor(a, b)`` is an Identity of ``a`` on its scope's stream with a control edge from
   ``b``'s producer; ``torchair.ops.record/wait`` become the same kind of edge;
 * ``limit_core_num`` is per op (the kernel's limits), ``ge_config.aicore_num`` ("A|V") per graph;
+* ``super_kernel(name, options)``: consecutive ops of one scope name form a SuperKernel, recorded as
+  ``Marker("super_kernel_begin"/"super_kernel_end", stream, detail=(name, options))`` around them
+  (read by the ``super-kernel`` analysis);
 * tagged events are rejected when the graph is converted (NotImplementedError, as GE's converters).
 """
 from __future__ import annotations
@@ -134,12 +137,14 @@ class _GeRunner(Runner):
         g = self.graph
         self.device = _device_of(args, rt)
         self.launch = rt.current_stream(self.device)
+        self.super_kernel = None                  # (scope name, options, stream) of the open SuperKernel
         rt.record_event(g.fork, self.launch)
         for stream in g.streams.values():
             rt.wait_event(g.fork, stream)
 
     def finish(self, rt, outputs):
         g = self.graph
+        self._enter_super_kernel(rt, None, None)
         main = g.streams[None]
         for lane, stream in g.streams.items():
             if lane is not None:
@@ -162,6 +167,7 @@ class _GeRunner(Runner):
             rt.wait_event(g.events[edge], stream)
         rt.set_current_stream(stream)
         scope = g.scope.get(node)
+        self._enter_super_kernel(rt, scope, stream)
         saved = stream.cube_limit, stream.vector_limit
         if scope is not None and scope.aicore is not None:
             stream.cube_limit, stream.vector_limit = scope.aicore, scope.vectorcore
@@ -179,6 +185,17 @@ class _GeRunner(Runner):
         for edge in g.after.get(node, ()):
             rt.record_event(g.events[edge], stream)
         return result
+
+    def _enter_super_kernel(self, rt, scope, stream) -> None:
+        """Close the open SuperKernel and open the node's when the node's scope differs."""
+        wanted = None if scope is None or scope.super_kernel is None else (scope.super_kernel,
+                                                                          scope.super_kernel_options)
+        if self.super_kernel is not None and self.super_kernel[:2] != wanted:
+            rt.marker("super_kernel_end", self.super_kernel[2], detail=self.super_kernel[:2])
+            self.super_kernel = None
+        if wanted is not None and self.super_kernel is None:
+            rt.marker("super_kernel_begin", stream, detail=wanted)
+            self.super_kernel = (*wanted, stream)
 
 
 def _device_of(args, rt) -> int:

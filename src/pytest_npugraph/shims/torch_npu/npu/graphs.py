@@ -77,11 +77,22 @@ def _check_scope_name(scope_name) -> None:
         raise RuntimeError("scope_name should be None or a non-empty string.", pta_error(ErrCode.PARAM))
 
 
+def _tracing() -> bool:
+    return torch.compiler.is_compiling() or torch._C._get_dispatch_mode(
+        torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def _scope_kernel(what: str):
     def kernel(scope_name: Optional[str] = None) -> None:
         _check_scope_name(scope_name)
+        if _tracing():                      # Dynamo/AOT tracing a graph: not a run of the scope
+            return
         rt = _rt()
-        rt.marker(what, rt.current_stream(), detail=(scope_name,))
+        stream = rt.current_stream()
+        if stream.capture is not None:      # part of the graph: the scope is replayed with its kernels
+            stream.capture.mark(what, stream, (scope_name,))
+        else:
+            rt.marker(what, stream, detail=(scope_name,))
     return kernel
 
 
