@@ -40,6 +40,7 @@ REGISTRY: list = [
     (("deadlock",), _optional("deadlock")),
     (("output-overwrite",), _optional("overwrite")),
     (("super-kernel",), _optional("super_kernel")),
+    (("reinplace-conflict",), _optional("reinplace")),
 ]
 
 

@@ -33,7 +33,7 @@ from ..callsite import caller_of_compiled, user_site
 from ..runtime import current
 from ..tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
-from . import fxgraph
+from . import fxgraph, reinplace
 from .records import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -95,6 +95,7 @@ class AclConcreteGraph:
             gm, name, self.tagged_event_names, self.labels)
         passes.apply_event_record(gm)
         gm.graph.eliminate_dead_code()
+        reinplace.emit(reinplace.check(gm, config, name), name)     # steps 7-8: verdicts only
         passes.replace_core_limit_nodes(gm, config)
         gm.recompile()
         fxgraph.stream_labels(gm)
