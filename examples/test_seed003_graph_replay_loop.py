@@ -4,7 +4,6 @@ aclgraph runs at fixed addresses, so each replay writes its outputs into the sam
 an output kept past the next call is silently overwritten (seed 003, scenario 2).  Fixes: clone the
 outputs (``debug.aclgraph.enable_output_clone``) or consume each output before the next call.
 """
-import pytest
 import torch
 import torch_npu
 import torchair
@@ -44,7 +43,6 @@ def reference(model, hidden):
         return normed @ model.lm_head.detach().cpu()
 
 
-@pytest.mark.pending_kind("output-overwrite")
 def test_logits_kept_across_replays_are_overwritten(npugraph):
     _, decode = compiled()
     with npugraph.expect("output-overwrite"):

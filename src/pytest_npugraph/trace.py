@@ -16,7 +16,7 @@ Identity conventions
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +173,20 @@ class Marker:
     stream: Optional[int] = None
     detail: tuple = ()
     site: Site = UNKNOWN_SITE
+
+
+class ReinplaceVerdict(NamedTuple):
+    """``Marker("reinplace").detail``: what TorchAir's reinplace passes decided for one graph node."""
+
+    graph: str                  # "graph_1"
+    node: str
+    op: str                     # the functional op ("aten::add.Tensor", as Kernel.op)
+    inplace_op: str             # what it becomes when applied ("aten::add_.Tensor")
+    verdict: str                # "applied", "disabled" (its debug.aclgraph switch) or "vetoed" (multi-stream)
+    pass_name: str              # "inplaceable" or "input-mutated"
+    switch: str                 # its ``debug.aclgraph`` switch
+    streams: tuple              # distinct stream labels of the mutated tensor's users
+    users: tuple                # (user node name, its stream label, its Site or None) per user
 
 
 Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStream, Marker]

@@ -164,7 +164,7 @@ def test_limit_core_num_in_aclgraph_becomes_stream_limits(npugraph):
     assert not [n for n in nodes(record, "scope_enter") if "_op_aicore_num" in n.args[0]]
     limits = [(k.op, k.cube_limit, k.vector_limit) for k in kernels(npugraph, graph="#replay1")]
     assert limits == [("aten::add.Tensor", 12, 24), ("aten::mul.Tensor", 4, 8), ("aten::sub.Tensor", 4, 8),
-                      ("aten::mul.Tensor", 2, 4), ("aten::add.Tensor", 12, 24)]
+                      ("aten::mul_.Tensor", 2, 4), ("aten::add_.Tensor", 12, 24)]   # b, then d, reinplaced
     npugraph.assert_clean("core-limit", "race")
 
 

@@ -28,6 +28,8 @@ EXAMPLES = {
     "npu_swiglu": lambda: ((torch.randn(2, 8),), {"dim": -1}),
     "npu_rms_norm": lambda: ((torch.randn(2, 8), torch.ones(8)), {"epsilon": 1e-5}),
     "npu_add_rms_norm": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.ones(8)), {}),
+    "npu_add_rms_norm_v2": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.rand(8)), {"epsilon": 1e-5}),
+    "npu_add_rms_norm_v2_functional": lambda: ((torch.randn(2, 3, 8), torch.randn(2, 3, 8), torch.rand(3, 8)), {}),
     "npu_rotary_mul": lambda: ((torch.randn(1, 2, 3, 8), torch.rand(1, 1, 3, 8), torch.rand(1, 1, 3, 8)),
                                {"rotary_mode": "interleave"}),
     "npu_dynamic_quant": lambda: ((torch.randn(4, 16),), {"smooth_scales": torch.rand(2, 16),
@@ -94,7 +96,8 @@ def test_names_are_unique_and_taken_from_the_schema():
 
 
 def test_the_required_ops_are_all_there():
-    required = {"npu_swiglu", "npu_rms_norm", "npu_add_rms_norm", "npu_rotary_mul", "npu_dynamic_quant",
+    required = {"npu_swiglu", "npu_rms_norm", "npu_add_rms_norm", "npu_add_rms_norm_v2",
+                "npu_add_rms_norm_v2_functional", "npu_rotary_mul", "npu_dynamic_quant",
                 "npu_quant_matmul", "npu_grouped_matmul", "npu_grouped_matmul.List", "npu_moe_gating_top_k_softmax",
                 "npu_moe_gating_top_k", "npu_moe_init_routing", "npu_moe_init_routing_v2", "npu_moe_finalize_routing",
                 "npu_fused_infer_attention_score", "npu_prefetch", "npu_format_cast", "npu_moe_distribute_dispatch",
@@ -137,11 +140,16 @@ def _shapes(out):
 def test_dispatcher_call_matches_direct_call(library, spec):
     torch.manual_seed(0)
     args, kwargs = EXAMPLES[spec.name]()
+    clone = lambda t: t.clone() if isinstance(t, torch.Tensor) else t  # noqa: E731  (ops may write their inputs)
+    direct_args, direct_kwargs = tree_map(clone, args), tree_map(clone, kwargs)
     through_dispatcher = _overload(spec)(*args, **kwargs)
-    direct = spec.impl(*args, **kwargs)
+    direct = spec.impl(*direct_args, **direct_kwargs)
     assert _shapes(through_dispatcher) == _shapes(direct)
     for a, b in zip(tree_flatten(through_dispatcher)[0], tree_flatten(direct)[0]):
         if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+    for a, b in zip(tree_flatten((args, kwargs))[0], tree_flatten((direct_args, direct_kwargs))[0]):
+        if isinstance(a, torch.Tensor):   # written arguments end up the same both ways
             torch.testing.assert_close(a, b)
 
 

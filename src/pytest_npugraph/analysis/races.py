@@ -19,6 +19,12 @@ block's allocation stream without ``record_stream`` to it (``record_stream`` mod
 it); when it had ``record_stream``, the allocator keeps the address until that use is done,
 so there is no hazard; otherwise (also for graph-pool memory) it is a plain race.
 
+A race whose write is an in-place op that TorchAir's reinplace-inplaceable-ops pass made out of a
+functional op on an intermediate tensor (a ``Marker("reinplace")`` with verdict "applied",
+matched by graph, line and op) against another stream's read is classified ``reinplace-conflict`` (``reinplace`` module reports
+it): the compiler moved that write onto memory another stream uses.  Writes of the input-mutated
+pass stay races: mutating the graph input was the user's own doing.
+
 Reports are deduplicated per (blocks, {(stream, site)} of both sides): a weight read
 20,000 times and then written once without synchronisation is one report.
 """
@@ -28,7 +34,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import Free, Kernel, RecordStream, Span
+from ..trace import Free, Kernel, Marker, RecordStream, Span
 from . import describe, happens_before
 
 
@@ -42,7 +48,7 @@ class Conflict:
     later: Kernel
     later_span: Span
     later_writes: bool
-    kind: str                 # "race" or "missing-record-stream"
+    kind: str                 # "race", "missing-record-stream" or "reinplace-conflict"
     freed: object = None      # the Free of earlier_span.block when the memory was reused
 
     @property
@@ -162,8 +168,24 @@ def conflicts(trace, cache: dict | None = None) -> list:
                                lambda t: _scan(t, happens_before.of(t, cache)))
 
 
+def _reinplaced(trace) -> dict:
+    """(graph name, site, in-place op) -> the ``Marker("reinplace")`` of each intermediate tensor
+    TorchAir's reinplace pass updates in place."""
+    return {(rec.detail.graph, rec.site, rec.detail.inplace_op): rec for rec in trace.records
+            if type(rec) is Marker and rec.what == "reinplace" and rec.detail.pass_name == "inplaceable"
+            and rec.detail.verdict == "applied"}
+
+
+def reinplace_of(reinplaced: dict, kernel: Kernel):
+    """The reinplace marker behind ``kernel`` (a replayed in-place op TorchAir made), else None."""
+    if not reinplaced or kernel.graph is None:
+        return None
+    return reinplaced.get((kernel.graph.split("[", 1)[0], kernel.site, kernel.op))
+
+
 def _scan(trace, hb) -> list:
     shadow = Shadow()
+    reinplaced = _reinplaced(trace)
     cover, covers = shadow.cover, shadow.covers
     index, clocks, blocks = hb.index, hb.clocks, trace.blocks
     freed: dict = {}     # bid -> Free
@@ -180,6 +202,8 @@ def _scan(trace, hb) -> list:
                 if a.stream in recorded.get(old, ()):
                     return  # the allocator held the address until this use was done
                 kind = "missing-record-stream"
+        if kind == "race" and earlier_writes != later_writes and reinplace_of(reinplaced, a if earlier_writes else x):
+            kind = "reinplace-conflict"     # the reinplaced write against a read the functional op did not race with
         key = (frozenset((old, span.block)), frozenset(((a.stream, a.site), (x.stream, x.site))))
         if key not in found:
             found[key] = Conflict(a, aspan, earlier_writes, x, span, later_writes, kind, free)

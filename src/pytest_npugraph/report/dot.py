@@ -119,7 +119,9 @@ def _event_edges(g: nx.DiGraph, events: list) -> None:
 # ------------------------------------------------------------------------ trace slices
 def replay_graph(trace: T.Trace, label: str = None, seqs: range = None) -> nx.DiGraph:
     """The device tasks of one graph call (kernels whose ``graph`` contains ``label``, with the event
-    records/waits among them) or of ``seqs``, ordered as the streams and events order them."""
+    records/waits among them) or of ``seqs``, ordered as the streams and events order them.  A data
+    edge joins a writer to a later task touching its bytes (an in-place op lists its ``self`` only
+    among its writes)."""
     tasks = _slice_tasks(trace, label, seqs)
     g = nx.DiGraph(name=label or f"seq {seqs.start}-{seqs.stop}", mode="trace")
     last_on_stream: dict = {}
@@ -131,7 +133,7 @@ def replay_graph(trace: T.Trace, label: str = None, seqs: range = None) -> nx.Di
         if isinstance(r, T.Kernel):
             g.add_node(name, label=f"{r.op.split('::')[-1]}\n{r.site}", stream=stream, kind="op")
             for w, spans in writers:
-                if any(s.overlaps(o) for s in r.reads for o in spans):
+                if any(s.overlaps(o) for s in r.reads + r.writes for o in spans):   # in-place: writes only
                     g.add_edge(w, name, kind="cross" if g.nodes[w]["stream"] != stream else "data")
             writers.append((name, r.writes))
         else:

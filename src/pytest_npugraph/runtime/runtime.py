@@ -177,7 +177,7 @@ class Runtime:
 
     def marker(self, what: str, stream: Optional[StreamState] = None, detail=(), site=None) -> None:
         with self.lock:
-            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, tuple(detail),
+            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, detail if isinstance(detail, tuple) else tuple(detail),
                                   site or self.site_hint() or user_site(3)))
 
     # ------------------------------------------------------------------ allocator

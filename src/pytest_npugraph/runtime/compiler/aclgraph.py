@@ -95,7 +95,7 @@ class AclConcreteGraph:
             gm, name, self.tagged_event_names, self.labels)
         passes.apply_event_record(gm)
         gm.graph.eliminate_dead_code()
-        reinplace.emit(reinplace.check(gm, config, name), name)     # steps 7-8: verdicts only
+        reinplace.emit(reinplace.apply(gm, config, name))           # steps 7-8
         passes.replace_core_limit_nodes(gm, config)
         gm.recompile()
         fxgraph.stream_labels(gm)

@@ -69,7 +69,8 @@ class Runner:
 
     def call(self, node, args, kwargs):
         if node.op == "call_function":
-            return node.target(*args, **kwargs)
+            dense = _dense_kernel(node.target)
+            return (dense or node.target)(*args, **kwargs)
         if node.op == "call_method":
             return getattr(args[0], node.target)(*args[1:], **kwargs)
         if node.op == "call_module":
@@ -80,6 +81,20 @@ class Runner:
                 value = getattr(value, part)
             return value
         raise RuntimeError(f"unsupported FX node {node.format_node()}")
+
+
+def _dense_kernel(target):
+    """``auto_functionalized(_v2)`` (a custom op with mutable arguments that no pass decomposed) runs
+    its dense kernel directly: clone the bases, run the op, return the new values.  Dispatching the
+    higher-order op would stop at AOTAutograd's custom-op aliasing mode, which gives up on tensor
+    subclasses (NotImplemented) without trying the subclass."""
+    name = getattr(target, "__name__", None)
+    if name not in ("auto_functionalized", "auto_functionalized_v2") or not isinstance(
+            target, torch._ops.HigherOrderOperator):
+        return None
+    from torch._higher_order_ops import auto_functionalize
+
+    return getattr(auto_functionalize, f"{name}_dense")
 
 
 def record_node(rt):

@@ -84,6 +84,12 @@ OPS = [
           ref.npu_rms_norm, _vector()),
     _spec("npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
           ref.npu_add_rms_norm, _vector()),
+    # In place: x1 <- rms_norm(x1+x2)*gamma, x2 <- x1+x2.  Functionalization rewrites it to the
+    # _functional variant (library._add_functionalization), as torch_npu's codegen does.
+    _spec("npu_add_rms_norm_v2(Tensor(a!) x1, Tensor(b!) x2, Tensor gamma, float epsilon=1e-06) -> Tensor",
+          ref.npu_add_rms_norm_v2, _vector()),
+    _spec("npu_add_rms_norm_v2_functional(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) "
+          "-> (Tensor, Tensor, Tensor)", ref.npu_add_rms_norm_v2_functional, _vector()),
     _spec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
           ref.npu_rotary_mul, _vector()),
     _spec("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "

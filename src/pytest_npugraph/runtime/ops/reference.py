@@ -1,8 +1,9 @@
 """CPU reference math for the torch_npu custom ops that LLM model code calls.
 
-Every function here is pure: CPU tensors in, new CPU tensors out, nothing cached, no device
-state.  Signatures follow the op schemas of torch_npu 2.14.0 (argument names, order, ``*``,
-defaults), so ``catalog.OPS`` can hand them to ``torch.library`` unchanged.
+Every function here is pure (CPU tensors in, new CPU tensors out, nothing cached, no device
+state), except the ops whose schema marks an argument written (``Tensor(a!)``): they update it in
+place as the real kernel does.  Signatures follow the op schemas of torch_npu 2.14.0 (argument
+names, order, ``*``, defaults), so ``catalog.OPS`` can hand them to ``torch.library`` unchanged.
 
 Numerics: fp16/bf16 inputs are computed in float32 (the NPU kernels accumulate in fp32) and
 cast back at the end; integer matmuls accumulate exactly in float64.  Where a meta kernel of
@@ -138,6 +139,28 @@ def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, ep
     total = x1.to(torch.float32) + x2.to(torch.float32)
     y, rstd = npu_rms_norm(total, gamma, epsilon)
     return y.to(x1.dtype), rstd, total.to(x1.dtype)
+
+
+def npu_add_rms_norm_v2_functional(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
+                                   epsilon: float = 1e-06):
+    """Out-of-place form of ``npu_add_rms_norm_v2``: returns (rstd, new x1, new x2).
+
+    The order is the functional-variant convention (the op's own return, then the values of the
+    mutated arguments in order): rstd float32, ``rms_norm(x1+x2)*gamma`` like x1, ``x1+x2`` like x2.
+    """
+    y, rstd, total = npu_add_rms_norm(x1, x2, gamma, epsilon)
+    return rstd, y, total.to(x2.dtype)
+
+
+def npu_add_rms_norm_v2(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06):
+    """In-place ``npu_add_rms_norm``: x1 <- rms_norm(x1+x2)*gamma, x2 <- x1+x2; returns rstd only.
+
+    Unlike the rest of this module it writes its (``Tensor(a!)``/``Tensor(b!)``) arguments.
+    """
+    rstd, y, total = npu_add_rms_norm_v2_functional(x1, x2, gamma, epsilon)
+    x1.copy_(y)
+    x2.copy_(total)
+    return rstd
 
 
 def npu_rotary_mul(self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half",
