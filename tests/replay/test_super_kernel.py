@@ -13,6 +13,7 @@ from torchair import scope
 
 from graph.helpers import compile_with, config, reduce_overhead
 
+from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import analyze
 
 EARLY = {"kind": "AIV", "set_next_task_start": True}
@@ -74,6 +75,36 @@ def test_ge_silent_without_the_profile_flag_or_outside_a_scope_consumer(npugraph
     op_profiles["mul"] = {"kind": "AIV"}
     compile_with(ge_consumer_next)(torch.ones(4, device="npu"))
     npugraph.assert_clean()
+
+
+@pytest.mark.parametrize("kind", ["AICPU", "ATB"])
+def test_ge_unfusable_op_splits_the_super_kernel(npugraph, early_mul, kind):
+    """An op GE cannot fuse (AICPU, ATB) closes the SuperKernel and runs on its own, with the usual
+    sync: reading the early-start output there is fine; the next op opens a new SuperKernel."""
+    early_mul["add"] = {"kind": kind}
+
+    def f(x):
+        with scope.super_kernel("decode"):
+            a = x * 2                    # calls SetNextTaskStart
+            b = a + 1                    # unfusable: a task of its own after the SuperKernel
+            return b - 1                 # a new SuperKernel "decode"
+
+    assert compile_with(f)(torch.ones(4, device="npu")).cpu().tolist() == [2.0] * 4
+    marks = [(r.what, r.detail[0]) for r in npugraph.trace.records
+             if isinstance(r, T.Marker) and r.what.startswith("super_kernel")]
+    assert marks == [("super_kernel_begin", "decode"), ("super_kernel_end", "decode")] * 2
+    npugraph.assert_clean()
+
+
+@pytest.mark.parametrize("collective, fusable", [("all_reduce", True), ("reduce_scatter_tensor", True),
+                                                 ("all_gather_into_tensor", True), ("broadcast", False)])
+def test_ge_fuses_only_the_documented_collectives(npugraph, op_profiles, collective, fusable):
+    from pytest_npugraph.runtime.runtime import current
+    from pytest_npugraph.runtime.compiler import ge
+
+    op_profiles[collective] = {"kind": "HCCL"}
+    node = torch.fx.Graph().call_function(getattr(torch.ops._c10d_functional, collective).default, ())
+    assert ge._fusable(node, current(), 0) is fusable
 
 
 def test_ge_consumer_after_the_scope_is_not_a_sub_kernel(npugraph, early_mul):

@@ -15,7 +15,8 @@ wins), so they are not reported.
 Scopes are the ``Marker("super_kernel_begin"/"super_kernel_end", stream, detail=(name, options))``
 records: GE mode writes them around each run of ops of one ``torchair.scope.super_kernel`` name,
 ``torch.npu.super_kernel_scope_begin/end`` where they are called (captured graphs repeat them on
-each replay).  A kernel belongs to the innermost open scope.  One pass over the trace.
+each replay).  A kernel belongs to the innermost scope open on its device (ranks of
+``npugraph.run_ranks`` run side by side, each on its own device).  One pass over the trace.
 """
 from __future__ import annotations
 
@@ -42,9 +43,15 @@ class _Open:
 
 def find(trace) -> list:
     found: dict = {}
-    scopes: list = []
+    open_by_device: dict = {}   # device -> its open scopes, innermost last (ranks run side by side)
+
+    def scopes_of(rec) -> list:
+        info = trace.streams.get(rec.stream) if rec.stream is not None else None
+        return open_by_device.setdefault(info.device if info is not None else None, [])
+
     for rec in trace.records:
         if type(rec) is Marker:
+            scopes = scopes_of(rec)
             if rec.what == "super_kernel_begin":
                 scopes.append(_Open(rec))
             elif rec.what == "super_kernel_end":
@@ -59,6 +66,7 @@ def find(trace) -> list:
                     scopes.remove(scope)
                     _streams(found, trace, scope)
         elif type(rec) is Kernel and not (rec.graph or "").endswith("#capture"):
+            scopes = scopes_of(rec)
             if not scopes:
                 if rec.cores.early_start:
                     _add(found, trace, [rec], [rec.op], f"{rec.op} at {describe.site(rec)} calls SetNextTaskStart "
@@ -73,7 +81,7 @@ def find(trace) -> list:
                 _overlap(found, trace, scope, prev, rec)
             scope.last[rec.stream] = rec
             scope.first.setdefault(rec.stream, rec)
-    for scope in scopes:
+    for scope in (s for scopes in open_by_device.values() for s in scopes):
         _add(found, trace, [scope.begin], [], f"super_kernel_scope_begin({scope.name!r}) at "
              f"{describe.site(scope.begin)} is never ended: every kernel issued after it falls into the SuperKernel "
              f"(compiled graphs raise 'there is no paired call to the torch.npu.super_kernel_scope_end operator'). "

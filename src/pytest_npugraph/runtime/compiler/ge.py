@@ -12,13 +12,16 @@ What the emulation keeps of GE (reference torchair_api.md §1.3, §7.1, §7.4):
 * ``limit_core_num`` is per op (the kernel's limits), ``ge_config.aicore_num`` ("A|V") per graph;
 * ``super_kernel(name, options)``: consecutive ops of one scope name form a SuperKernel, recorded as
   ``Marker("super_kernel_begin"/"super_kernel_end", stream, detail=(name, options))`` around them
-  (read by the ``super-kernel`` analysis);
+  (read by the ``super-kernel`` analysis); an op that cannot be fused (an AICPU or ATB kernel, a
+  collective other than AllReduce, ReduceScatter, AllGather and AlltoAll: its op profile says which)
+  closes the SuperKernel, runs on its own, and the next op of the scope opens a new one (§7.8);
 * tagged events are rejected when the graph is converted (NotImplementedError, as GE's converters).
 """
 from __future__ import annotations
 
 import itertools
 
+from .. import profiles
 from ..runtime import current
 from . import fxgraph
 from .records import GraphOp, GraphRecord
@@ -167,7 +170,7 @@ class _GeRunner(Runner):
             rt.wait_event(g.events[edge], stream)
         rt.set_current_stream(stream)
         scope = g.scope.get(node)
-        self._enter_super_kernel(rt, scope, stream)
+        self._enter_super_kernel(rt, scope if _fusable(node, rt, self.device) else None, stream)
         saved = stream.cube_limit, stream.vector_limit
         if scope is not None and scope.aicore is not None:
             stream.cube_limit, stream.vector_limit = scope.aicore, scope.vectorcore
@@ -196,6 +199,25 @@ class _GeRunner(Runner):
         if wanted is not None and self.super_kernel is None:
             rt.marker("super_kernel_begin", stream, detail=wanted)
             self.super_kernel = (*wanted, stream)
+
+
+_FUSABLE_COLLECTIVES = {"all_reduce", "allreduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
+                        "all_gather_into_tensor", "allgather", "all_to_all", "all_to_all_single", "alltoall"}
+
+
+def _fusable(node, rt, device: int) -> bool:
+    """Whether GE can put the node's kernel into a SuperKernel (reference §7.8: AI Core and vector
+    kernels and the four supported collectives; not AICPU or ATB kernels)."""
+    name = getattr(node.target, "name", None)
+    if not callable(name):
+        return True                              # no kernel of its own (getitem, views, scope ops)
+    op = name()
+    cores = profiles.resolve(op, rt.devices[device])
+    if cores.kind in ("AICPU", "ATB"):
+        return False
+    if cores.kind == "HCCL":
+        return op.split("::")[-1].split(".")[0].rstrip("_") in _FUSABLE_COLLECTIVES
+    return True
 
 
 def _device_of(args, rt) -> int:
