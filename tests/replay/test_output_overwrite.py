@@ -128,3 +128,45 @@ def test_vllm_ascend_style_shared_pool_replay_after_synchronize(npugraph):
         tokens.append(static_out[bs].argmax(-1).cpu())   # sampled before the next replay
     assert [t.shape[0] for t in tokens] == [2, 4, 2]
     npugraph.assert_clean()
+
+
+def capture_two_into_one_pool():
+    """Graph A's output is dropped after its capture, so graph B (same pool) gets its memory."""
+    pool = torch.npu.graph_pool_handle()
+    x = torch.ones(4, device="npu")
+    ga, gb = torch.npu.NPUGraph(), torch.npu.NPUGraph()
+    with torch.npu.graph(ga, pool=pool):
+        ya = x * 2
+    address = ya.data_ptr()
+    del ya
+    with torch.npu.graph(gb, pool=pool):
+        yb = x + 5
+    assert yb.data_ptr() == address                    # B's output lives where A writes its own
+    return ga, gb, yb
+
+
+def test_raw_graphs_sharing_a_pool_replayed_out_of_capture_order(npugraph):
+    ga, gb, yb = capture_two_into_one_pool()
+    gb.replay()
+    ga.replay()                                        # writes A's (dead) output over yb
+    with npugraph.expect("output-overwrite", match=r"after a replay of .* wrote over it"):
+        yb.cpu()
+    (h,) = hazards(npugraph)
+    assert "replay in the order they were captured" in h.message and "separate pools" in h.message
+    assert h.ops[0] == "aten::mul.Tensor"
+
+
+def test_raw_graphs_sharing_a_pool_replayed_in_capture_order_are_silent(npugraph):
+    ga, gb, yb = capture_two_into_one_pool()
+    ga.replay()
+    gb.replay()                                        # B rewrites its output after A
+    assert yb.cpu().tolist() == [6.0] * 4
+    npugraph.assert_clean()
+
+
+def test_raw_graph_output_consumed_before_the_other_graph_replays_is_silent(npugraph):
+    ga, gb, yb = capture_two_into_one_pool()
+    gb.replay()
+    assert yb.cpu().tolist() == [6.0] * 4              # consumed
+    ga.replay()
+    npugraph.assert_clean()
