@@ -19,11 +19,12 @@ block's allocation stream without ``record_stream`` to it (``record_stream`` mod
 it); when it had ``record_stream``, the allocator keeps the address until that use is done,
 so there is no hazard; otherwise (also for graph-pool memory) it is a plain race.
 
-A race whose write is an in-place op that TorchAir's reinplace-inplaceable-ops pass made out of a
-functional op on an intermediate tensor (a ``Marker("reinplace")`` with verdict "applied",
-matched by graph, line and op) against another stream's read is classified ``reinplace-conflict`` (``reinplace`` module reports
-it): the compiler moved that write onto memory another stream uses.  Writes of the input-mutated
-pass stay races: mutating the graph input was the user's own doing.
+A race between another stream's read and a write by an in-place op that TorchAir's
+reinplace-inplaceable-ops pass made out of a functional op on an intermediate tensor (a
+``Marker("reinplace")`` with verdict "applied", matched by graph, line and op) is classified
+``reinplace-conflict`` (the ``reinplace`` module reports it): the compiler moved that write onto
+memory the other stream reads.  Writes of the input-mutated pass stay races: mutating the graph
+input was the user's own doing.
 
 Reports are deduplicated per (blocks, {(stream, site)} of both sides): a weight read
 20,000 times and then written once without synchronisation is one report.
@@ -168,7 +169,7 @@ def conflicts(trace, cache: dict | None = None) -> list:
                                lambda t: _scan(t, happens_before.of(t, cache)))
 
 
-def _reinplaced(trace) -> dict:
+def reinplaced(trace) -> dict:
     """(graph name, site, in-place op) -> the ``Marker("reinplace")`` of each intermediate tensor
     TorchAir's reinplace pass updates in place."""
     return {(rec.detail.graph, rec.site, rec.detail.inplace_op): rec for rec in trace.records
@@ -185,7 +186,7 @@ def reinplace_of(reinplaced: dict, kernel: Kernel):
 
 def _scan(trace, hb) -> list:
     shadow = Shadow()
-    reinplaced = _reinplaced(trace)
+    reinplaced_ops = reinplaced(trace)
     cover, covers = shadow.cover, shadow.covers
     index, clocks, blocks = hb.index, hb.clocks, trace.blocks
     freed: dict = {}     # bid -> Free
@@ -202,8 +203,9 @@ def _scan(trace, hb) -> list:
                 if a.stream in recorded.get(old, ()):
                     return  # the allocator held the address until this use was done
                 kind = "missing-record-stream"
-        if kind == "race" and earlier_writes != later_writes and reinplace_of(reinplaced, a if earlier_writes else x):
-            kind = "reinplace-conflict"     # the reinplaced write against a read the functional op did not race with
+        if kind == "race" and earlier_writes != later_writes and reinplace_of(
+                reinplaced_ops, a if earlier_writes else x):
+            kind = "reinplace-conflict"     # the reinplaced write against a read the functional op did not race
         key = (frozenset((old, span.block)), frozenset(((a.stream, a.site), (x.stream, x.site))))
         if key not in found:
             found[key] = Conflict(a, aspan, earlier_writes, x, span, later_writes, kind, free)

@@ -3,11 +3,11 @@
 The reduce-overhead compiler records one ``Marker("reinplace", detail=ReinplaceVerdict)`` per
 candidate (``runtime/compiler/reinplace.py``) and, where the pass applies, runs the in-place op.
 
-* **error**: an applied reinplace (inplaceable-ops pass) whose in-place write races with another stream's access
-  (``races`` classifies the conflict): ``ReinplaceStreamChecker`` only compares the stream labels
-  of the tensor node's direct users, so a view made on the in-place op's stream and read on another
-  stream (or a user only ordered by a data edge) slips through, and the write the compiler
-  introduced lands on memory that stream may still be using.  The eager program was correct.
+* **error**: an applied reinplace (inplaceable-ops pass) whose in-place write races with another
+  stream's read (``races`` classifies the conflict): ``ReinplaceStreamChecker`` only compares the
+  stream labels of the tensor node's direct users, so a view made on the in-place op's stream and
+  read on another stream slips through, and the write the compiler introduced lands on memory that
+  stream may still be reading.  The eager program (calling the functional op) was correct.
 * **warning**: a pass the configuration asks for is vetoed because the mutated tensor's users are
   on several stream labels: the functional op stays and the graph pays a copy it did not expect.
 
@@ -27,29 +27,27 @@ def find(trace, cache: dict | None = None) -> list:
 
 
 def _conflicts(trace, cache) -> list:
-    reinplaced = races._reinplaced(trace)
+    """The conflicts ``races`` classified as a reinplaced write against another stream's read."""
+    ops = races.reinplaced(trace)
     found = []
     for c in races.conflicts(trace, cache):
         if c.kind != KIND:
             continue
-        mine = races.reinplace_of(reinplaced, c.later) if c.later_writes else None
-        write, other, other_writes = (c.later, c.earlier, c.earlier_writes) if mine else (c.earlier, c.later,
-                                                                                          c.later_writes)
-        verdict = (mine or races.reinplace_of(reinplaced, c.earlier)).detail
-        doing = "writing" if other_writes else "reading"
+        write, read = (c.earlier, c.later) if c.earlier_writes else (c.later, c.earlier)
+        v = races.reinplace_of(ops, write).detail
         message = (
-            f"TorchAir's reinplace {verdict.pass_name} pass turned {verdict.op} (node {verdict.node} of "
-            f"{verdict.graph}) at {describe.site(write)} into {verdict.inplace_op}, which now writes "
-            f"{races.memory(trace, c)} in place on {describe.stream(trace, write.stream)} while "
-            f"{describe.stream(trace, other.stream)} may still be {doing} it in {other.op} at "
-            f"{describe.site(other)}; nothing orders the two. Where the model calls the functional op, the race "
-            f"exists only in the compiled graph: ReinplaceStreamChecker compares the streams of the tensor's "
-            f"direct users ({_users(verdict)}) and misses a view read on another stream. Fix: order the {doing} stream before the update (npu_tagged_event_record after "
-            f"{other.op} on its stream, npu_tagged_event_wait before the update), make the view inside the "
-            f"same stream scope as its reader, or set config.debug.aclgraph.{verdict.switch} = True.")
-        found.append(Hazard(KIND, message, [describe.site(write), describe.site(other)],
-                            [describe.stream(trace, write.stream), describe.stream(trace, other.stream)],
-                            [write.op, other.op], (c.earlier.seq, c.later.seq)))
+            f"TorchAir's reinplace {v.pass_name} pass turned {v.op} (node {v.node} of {v.graph}) at "
+            f"{describe.site(write)} into {v.inplace_op}, which now writes {races.memory(trace, c)} in place on "
+            f"{describe.stream(trace, write.stream)} while {describe.stream(trace, read.stream)} may still be reading "
+            f"it in {read.op} at {describe.site(read)}; nothing orders the two. Where the model calls the functional "
+            f"op, the race exists only in the compiled graph: ReinplaceStreamChecker compares the streams of the "
+            f"tensor's direct users ({_users(v)}) and misses a view read on another stream. Fix: order the reading "
+            f"stream before the update (npu_tagged_event_record after {read.op} on its stream, "
+            f"npu_tagged_event_wait before the update), make the view inside the same stream scope as its reader, "
+            f"or set config.debug.aclgraph.{v.switch} = True.")
+        found.append(Hazard(KIND, message, [describe.site(write), describe.site(read)],
+                            [describe.stream(trace, write.stream), describe.stream(trace, read.stream)],
+                            [write.op, read.op], (c.earlier.seq, c.later.seq)))
     return found
 
 
@@ -69,8 +67,8 @@ def _vetoes(trace) -> list:
             f"streams {', '.join(repr(s) for s in v.streams)} ({_users(v)}; users at "
             f"{', '.join(where[1:]) or 'unknown'}), so ReinplaceStreamChecker keeps the functional op and you pay "
             f"a copy. Fix: keep every use of that tensor on one stream (tagged events between the users do not "
-            f"count: the checker compares stream labels only), or silence it with config.debug.aclgraph.{v.switch} = True if "
-            f"the copy is intended.")
+            f"count: the checker compares stream labels only), or silence it with "
+            f"config.debug.aclgraph.{v.switch} = True if the copy is intended.")
         found[(v.graph, v.node)] = Hazard(KIND, message, where, list(v.streams), [v.op], (rec.seq,),
                                           severity="warning")
     return list(found.values())

@@ -176,8 +176,9 @@ class Runtime:
             self.host_known[sid] = mark
 
     def marker(self, what: str, stream: Optional[StreamState] = None, detail=(), site=None) -> None:
+        detail = detail if isinstance(detail, tuple) else tuple(detail)   # a NamedTuple stays one
         with self.lock:
-            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, detail if isinstance(detail, tuple) else tuple(detail),
+            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, detail,
                                   site or self.site_hint() or user_site(3)))
 
     # ------------------------------------------------------------------ allocator
