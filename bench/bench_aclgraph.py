@@ -76,7 +76,7 @@ def main():
     rt = _emulation.start()
     import torchair as tng
 
-    from pytest_npugraph.runtime.compiler.aclgraph import AclConcreteGraph
+    from pytest_npugraph.compiler.aclgraph import AclConcreteGraph
 
     graphs, calls = [], []
     config = tng.CompilerConfig()

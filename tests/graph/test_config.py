@@ -143,3 +143,38 @@ def test_logger_is_torchairs(caplog):
         assert "hello" in caplog.text
     finally:
         logger.setLevel(logging.ERROR)
+
+
+# ---------------------------------------------------------------- the compiler's settings snapshot
+def _leaves(c):
+    from torchair.configs.compiler_config import _get_all_leaf_properties
+
+    return dict(_get_all_leaf_properties(c))
+
+
+def test_compiling_with_options_and_custom_pool_never_changes_the_users_config(npugraph):
+    c = CompilerConfig()
+    c.mode = "reduce-overhead"
+    c.aclgraph_config.use_custom_pool = torch.npu.graph_pool_handle()
+    before = _leaves(c)
+    backend = torchair.get_npu_backend(compiler_config=c)
+    out = torch.compile(lambda x: x + 1, backend=backend, fullgraph=True, dynamic=False,
+                        options={"clone_output": True, "inplace_pass": False})(torch.ones(2, device="npu"))
+    assert out.cpu().tolist() == [2.0, 2.0]
+    assert _leaves(c) == before
+    assert backend.keywords["settings"].reuse_pool_in_fx is False      # the custom pool turned it off
+    assert backend.keywords["settings"].clone_output is False          # options go to a copy, per compile
+
+
+def test_settings_are_a_frozen_snapshot_taken_when_the_backend_is_made():
+    import dataclasses
+
+    c = CompilerConfig()
+    c.mode = "reduce-overhead"
+    c.debug.aclgraph.clone_input = False
+    c.debug.aclgraph.static_capture_size_limit = 3
+    settings = torchair.get_npu_backend(compiler_config=c).keywords["settings"]
+    assert (settings.mode, settings.clone_input, settings.capture_limit, settings.aclgraph) == (
+        "reduce-overhead", False, 3, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.clone_input = True

@@ -194,7 +194,7 @@ def test_super_kernel_scope_ops_pair_by_name_in_any_order(npugraph):
 
 def test_scope_attributes_per_node_follow_torchairs_apply(npugraph):
     # ST test_super_kernel_scope_none: an inner super_kernel(None) cancels the outer scope
-    from pytest_npugraph.runtime.compiler import fxgraph
+    from pytest_npugraph.compiler import fxgraph
 
     graphs = []
     cfg = config()

@@ -100,7 +100,7 @@ def test_ge_unfusable_op_splits_the_super_kernel(npugraph, early_mul, kind):
                                                  ("all_gather_into_tensor", True), ("broadcast", False)])
 def test_ge_fuses_only_the_documented_collectives(npugraph, op_profiles, collective, fusable):
     from pytest_npugraph.runtime.runtime import current
-    from pytest_npugraph.runtime.compiler import ge
+    from pytest_npugraph.compiler import ge
 
     op_profiles[collective] = {"kind": "HCCL"}
     node = torch.fx.Graph().call_function(getattr(torch.ops._c10d_functional, collective).default, ())

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pytest_npugraph.report import graph_of, replay_graph, to_dot
-from pytest_npugraph.runtime.compiler.records import GraphOp, GraphRecord
+from pytest_npugraph.graph_record import GraphOp, GraphRecord
 
 N = 8
 

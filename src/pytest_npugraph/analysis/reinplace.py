@@ -1,7 +1,7 @@
 """``reinplace-conflict``: what TorchAir's reinplace passes do to a multi-stream graph.
 
 The reduce-overhead compiler records one ``Marker("reinplace", detail=ReinplaceVerdict)`` per
-candidate (``runtime/compiler/reinplace.py``) and, where the pass applies, runs the in-place op.
+candidate (``compiler/reinplace.py``) and, where the pass applies, runs the in-place op.
 
 * **error**: an applied reinplace (inplaceable-ops pass) whose in-place write races with another
   stream's read (``races`` classifies the conflict): ``ReinplaceStreamChecker`` only compares the

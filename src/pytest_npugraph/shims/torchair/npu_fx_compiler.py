@@ -1,7 +1,12 @@
 """``get_npu_backend`` / ``get_compiler``: the torch.compile backend (mirrors ``npu_fx_compiler.py``);
-the compilation itself is ``pytest_npugraph.runtime.compiler.pipeline``."""
+the compilation itself is ``pytest_npugraph.compiler.pipeline``.
+
+The backend reads the ``CompilerConfig`` once, when it is created, into the compiler's frozen
+``Settings``; ``options={...}`` (``torch.compile(..., options=...)``) are applied to a copy of the
+config, so the user's config object is never changed by compiling."""
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Dict, List
 
@@ -12,17 +17,27 @@ from torchair.configs.compiler_config import CompilerConfig, _check_config_suppo
 from torchair.configs.npugraphex_config import _process_kwargs_options
 
 
+def _settings(config: CompilerConfig):
+    from pytest_npugraph.compiler.settings import settings_from_config
+    from torch_npu.npu.utils import _is_gte_cann_version
+
+    if config.mode.value in ("reduce-overhead", "npugraph_ex"):
+        import torchair.ops._tagged_event  # noqa: F401  (the air.tagged_event_* ops the passes insert)
+    return settings_from_config(config, cann_ge_9=_is_gte_cann_version("9.0.0", module="CANN"))
+
+
 class _NpuFxCompiler:
     """Compiles FX graphs for the NPU (called by AOTAutograd for each graph)."""
 
     def __init__(self, compiler_config: CompilerConfig) -> None:
         self.config = compiler_config
+        self.settings = _settings(compiler_config)
 
     @pretty_error_msg
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]):
-        from pytest_npugraph.runtime.compiler.pipeline import NpuFxCompiler
+        from pytest_npugraph.compiler.pipeline import NpuFxCompiler
 
-        return NpuFxCompiler(self.config)(gm, example_inputs)
+        return NpuFxCompiler(self.settings)(gm, example_inputs)
 
 
 def get_compiler(compiler_config: CompilerConfig = None):
@@ -30,13 +45,16 @@ def get_compiler(compiler_config: CompilerConfig = None):
 
 
 def _npu_backend(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], compiler_config: CompilerConfig = None,
-                 decompositions: Dict = {}, **kwargs):  # noqa: B006  (as torchair's signature)
-    from pytest_npugraph.runtime.compiler.pipeline import compile_graph
+                 decompositions: Dict = {}, settings=None, **kwargs):  # noqa: B006  (as torchair's signature)
+    from pytest_npugraph.compiler.pipeline import compile_graph
 
     if compiler_config is None:
         compiler_config = CompilerConfig()
-    _process_kwargs_options(compiler_config, kwargs)
-    return compile_graph(gm, example_inputs, compiler_config, decompositions)
+    if kwargs.get("options") or settings is None:
+        compiler_config = copy.deepcopy(compiler_config)
+        _process_kwargs_options(compiler_config, kwargs)
+        settings = _settings(compiler_config)
+    return compile_graph(gm, example_inputs, settings, decompositions, wrap_errors=pretty_error_msg)
 
 
 def get_npu_backend(*, compiler_config: CompilerConfig = None, custom_decompositions: Dict = {}):  # noqa: B006
@@ -44,4 +62,5 @@ def get_npu_backend(*, compiler_config: CompilerConfig = None, custom_decomposit
     if compiler_config is None:
         compiler_config = CompilerConfig()
     _check_config_support(compiler_config)
-    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=dict(custom_decompositions))
+    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=dict(custom_decompositions),
+                             settings=_settings(compiler_config))

@@ -27,7 +27,7 @@ _GLOBAL_LOCK = threading.Lock()
 def _get_event_by_tag(tag: str, created_inside: bool):
     if not created_inside:
         return _GLOBAL_TAG_TO_EVENT.get(tag)
-    from pytest_npugraph.runtime.compiler.events import internal_event
+    from pytest_npugraph.compiler.events import internal_event
 
     return internal_event(tag)
 

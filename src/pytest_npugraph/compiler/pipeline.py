@@ -15,9 +15,9 @@ from . import fxgraph
 from .aclgraph import AclConcreteGraph
 from .ge import GeGraph
 from .runner import Runner
+from .settings import ACLGRAPH_MODES
 
 log = logging.getLogger("torchair")
-ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
 
 
 def next_graph_name() -> str:
@@ -25,7 +25,7 @@ def next_graph_name() -> str:
     every test is a fresh machine); the first compile of a test also clears TorchAir's counters."""
     from torch._dynamo.utils import counters
 
-    from ..runtime import current
+    from ..runtime.runtime import current
 
     extensions = current().extensions
     if "torchair.graph_ids" not in extensions:
@@ -34,66 +34,65 @@ def next_graph_name() -> str:
     return f"graph_{next(extensions['torchair.graph_ids'])}"
 
 
-def optimize_fx(gm, config, example_inputs):
-    pre = config.post_grad_custom_pre_pass.value
+def optimize_fx(gm, settings, example_inputs):
+    pre = settings.pre_pass
     if pre is not None:
-        pre(gm, example_inputs, config)
-    if config.experimental_config.remove_noop_ops:
+        pre(gm, example_inputs, settings.config)
+    if settings.remove_noop_ops:
         from torch._inductor.fx_passes.post_grad import remove_noop_ops
 
         remove_noop_ops(gm.graph)
     for node in gm.graph.nodes:
         if node.target == torch.ops.aten.view.default:
             node.target = torch.ops.aten.reshape.default
-    post = config.post_grad_custom_post_pass.value
+    post = settings.post_pass
     if post is not None:
-        post(gm, example_inputs, config)
+        post(gm, example_inputs, settings.config)
     gm.graph.lint()
     gm.recompile()
     return gm
 
 
-def _dump(config, gm, stem: str) -> None:
-    dump = config.debug.graph_dump
-    if not dump.enabled:
+def _dump(settings, gm, stem: str) -> None:
+    if settings.graph_dump is None:
         return
-    kind = dump.type.value
-    if config.mode.value in ACLGRAPH_MODES and kind != "py":
+    kind = settings.graph_dump_type
+    if settings.aclgraph and kind != "py":
         raise NotImplementedError(f"Graph dump for aclGraph only support 'py' type, but got: {kind}.Please check "
                                   f"compile config setting: config.debug.graph_dump.type")
-    with open(dump.full_path(stem), "w", encoding="utf-8") as f:
+    with open(settings.graph_dump(stem), "w", encoding="utf-8") as f:
         f.write(gm.code if kind == "py" else str(gm.graph))
 
 
 class NpuFxCompiler:
     """Compiles one AOT graph (forward, inference or backward) for the config's mode."""
 
-    def __init__(self, config, phase: str = "forward"):
-        self.config = config
+    def __init__(self, settings, phase: str = "forward"):
+        self.settings = settings
         self.phase = phase
         self.static_input_idxs: list = []
 
     def __call__(self, gm, example_inputs):
-        config = self.config
-        mode = config.mode.value
+        settings = self.settings
+        mode = settings.mode
         if mode not in ("max-autotune",) + ACLGRAPH_MODES:
             raise ValueError(f"Unsupported npu backend mode: {mode}.")
         gm = copy.deepcopy(gm)
         mutated = fxgraph.mutated_user_inputs(gm)
         log.debug("find mutated user inputs: %s", mutated)
         name = next_graph_name()
-        gm = optimize_fx(gm, config, example_inputs)
+        gm = optimize_fx(gm, settings, example_inputs)
         fxgraph.valid_graph(gm)
-        _dump(config, gm, f"dynamo_original_graph_{name.split('_')[1]}")
+        _dump(settings, gm, f"dynamo_original_graph_{name.split('_')[1]}")
         if mode == "max-autotune":
-            if config.debug.run_eagerly:
+            if settings.run_eagerly:
                 log.warning("When debug.run_eagerly=True is enabled, the graph FALLS BACK to EAGER execution. Once "
                             "running finished, please make sure to disable the debug.run_eagerly=True config to "
                             "ensure that the graph is compiled and executed.")
                 return Runner(gm).run
-            return GeGraph(gm, config, name)
-        graph = AclConcreteGraph(gm, config, name, mutated, self.static_input_idxs, eager=self.phase == "backward")
-        _dump(config, graph.gm, f"dynamo_optimized_{name}")
+            return GeGraph(gm, settings, name)
+        graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward")
+        _dump(settings, graph.gm, f"dynamo_optimized_{name}")
         return graph
 
 
@@ -105,12 +104,16 @@ def _static_input_idxs(num_dynamo_inputs: int, num_aot_inputs: int) -> list:
     return list(get_static_input_idxs(num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)))
 
 
-def compile_graph(gm, example_inputs, config, decompositions=None):
-    """What TorchAir's backend does with a Dynamo graph (``_compile_graph_with_aot``)."""
-    from torchair._utils.error_code import pretty_error_msg
+def _unchanged(fn):
+    return fn
 
+
+def compile_graph(gm, example_inputs, settings, decompositions=None, wrap_errors=_unchanged):
+    """What TorchAir's backend does with a Dynamo graph (``_compile_graph_with_aot``).  ``wrap_errors``
+    re-raises a compile error the way the calling package does (torchair's ``pretty_error_msg``)."""
+    pretty_error_msg = wrap_errors
     num_inputs = len(example_inputs)
-    forward = NpuFxCompiler(config)
+    forward = NpuFxCompiler(settings)
 
     @pretty_error_msg      # as TorchAir's compiler: same exception type, traceback and error code appended
     def fw_compiler(fw_gm, fw_inputs):
@@ -118,6 +121,6 @@ def compile_graph(gm, example_inputs, config, decompositions=None):
         return forward(fw_gm, fw_inputs)
 
     return aot_module_simplified(
-        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=pretty_error_msg(NpuFxCompiler(config, "backward")),
+        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=pretty_error_msg(NpuFxCompiler(settings, "backward")),
         inference_compiler=fw_compiler, decompositions=decompositions or {},
-        keep_inference_input_mutations=bool(config.experimental_config.keep_inference_input_mutations))
+        keep_inference_input_mutations=settings.keep_inference_input_mutations)

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import callsite
-from ...trace import Site
+from ..runtime import callsite
+from ..trace import Site
 
 SCOPE_ENTER = "air.scope_enter.default"
 SCOPE_EXIT = "air.scope_exit.default"

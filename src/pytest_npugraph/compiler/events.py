@@ -5,7 +5,7 @@ generated module first runs; here the table belongs to the running test, and a c
 re-creates its events the first time it runs in a test."""
 from __future__ import annotations
 
-from ..runtime import current
+from ..runtime.runtime import current
 
 
 def _table() -> dict:

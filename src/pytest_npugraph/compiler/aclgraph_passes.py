@@ -41,8 +41,7 @@ def apply_event_closure_with_multi_stream(gm, graph_name: str, tagged_event_name
             stack.pop()
     if not enters:
         return False, enter_labels, exit_names
-    import torchair.ops._tagged_event  # noqa: F401  (registers the air.tagged_event_* ops)
-
+    # the air.tagged_event_* ops: registered by the backend before it compiles (torchair.ops._tagged_event)
     first = next(iter(gm.graph.nodes))
     enter_tag = f"{graph_name}_{first.name}"
     tagged_event_names.append(enter_tag)
@@ -90,7 +89,9 @@ def apply_event_record(gm) -> None:
     gm.graph.lint()
 
 
-def replace_core_limit_nodes(gm, config) -> None:
+def replace_core_limit_nodes(gm, settings) -> bool:
+    """Rewrites the core-limit scopes; returns whether static shape kernels stay on (TorchAir turns them
+    off, with a warning, when a graph has a core limit and CANN is older than 9.0.0)."""
     scopes, limits = [], []     # kind per open scope; [stream node, saved cube, saved vector, cube, vector]
     enabled = False
     for node in list(gm.graph.nodes):
@@ -100,14 +101,12 @@ def replace_core_limit_nodes(gm, config) -> None:
         elif name == fxgraph.SCOPE_EXIT:
             _exit(gm, node, scopes, limits)
         enabled = enabled or bool(limits)
-    if enabled and config.experimental_config.aclgraph._aclnn_static_shape_kernel:
-        from torch_npu.npu.utils import _is_gte_cann_version
-
-        if not _is_gte_cann_version("9.0.0", module="CANN"):
-            config.experimental_config.aclgraph._aclnn_static_shape_kernel = False
-            warnings.warn("When both static shape kernel and core limit are enabled, only core limit will take "
-                          "effect, static shape kernel will be disabled. CANN 9.0.0 or later supports enabling "
-                          "both features.")
+    if enabled and settings.static_kernel and not settings.cann_ge_9:
+        warnings.warn("When both static shape kernel and core limit are enabled, only core limit will take "
+                      "effect, static shape kernel will be disabled. CANN 9.0.0 or later supports enabling "
+                      "both features.")
+        return False
+    return settings.static_kernel
 
 
 def _enter(gm, node, scopes, limits) -> None:

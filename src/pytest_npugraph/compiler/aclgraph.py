@@ -27,14 +27,13 @@ from typing import Any, Optional
 import torch
 from torch._dynamo.utils import counters
 
-from .. import graphs as _graphs
-from .. import profiles
-from ..callsite import caller_of_compiled, user_site
-from ..runtime import current
-from ..tensor import NpuTensor, note_output_reads, span
+from ..runtime import graphs as _graphs
+from ..runtime.callsite import caller_of_compiled, user_site
+from ..runtime.runtime import current
+from ..runtime.tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
-from . import fxgraph, reinplace
-from .records import GraphOp, GraphRecord
+from . import emit, fxgraph, reinplace, scope_stack
+from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
 _OUTPUT_WARNING = (
@@ -70,20 +69,17 @@ class GraphMeta:
 class AclConcreteGraph:
     """A compiled FX graph in reduce-overhead mode; calling it runs one step as above."""
 
-    def __init__(self, gm, config, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False):
-        self.config = config
+    def __init__(self, gm, settings, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False):
+        self.settings = settings
         self.name = name
-        self.pool_config = config.aclgraph_config.use_custom_pool
+        self.pool_config = settings.custom_pool
         check_pool(self.pool_config)
-        if self.pool_config is not None:
-            config.debug.aclgraph.disable_mempool_reuse_in_same_fx = True
-        debug = config.debug.aclgraph
-        self.clone_input = bool(debug.clone_input)
-        self.reuse_in_fx = not debug.disable_mempool_reuse_in_same_fx
-        self.clone_output = bool(debug.enable_output_clone)
-        self.limit = int(debug.static_capture_size_limit.value)
-        self.frozen = bool(config.experimental_config.frozen_parameter)
-        self.eager = eager or bool(config.debug.run_eagerly)
+        self.clone_input = settings.clone_input
+        self.reuse_in_fx = settings.reuse_pool_in_fx        # a custom pool turns reuse within the FX graph off
+        self.clone_output = settings.clone_output
+        self.limit = settings.capture_limit
+        self.frozen = settings.frozen_parameter
+        self.eager = eager or settings.run_eagerly
         if self.frozen:
             warnings.warn("When enable frozen_parameter, Parameters and input tensors with immutable data_ptr marked "
                           "by `torch._dynamo.mark_static_address()` will be considered static. Please make sure that "
@@ -95,8 +91,8 @@ class AclConcreteGraph:
             gm, name, self.tagged_event_names, self.labels)
         passes.apply_event_record(gm)
         gm.graph.eliminate_dead_code()
-        reinplace.emit(reinplace.apply(gm, config, name))           # steps 7-8
-        passes.replace_core_limit_nodes(gm, config)
+        emit.reinplace_verdicts(reinplace.apply(gm, settings, name))           # steps 7-8
+        self.static_kernel = passes.replace_core_limit_nodes(gm, settings)
         gm.recompile()
         fxgraph.stream_labels(gm)
         self.gm = gm
@@ -169,11 +165,11 @@ class AclConcreteGraph:
         self.stream = None
         self.pool = None
         self.warned = False
-        self.record = GraphRecord(self.name, self.config.mode.value, self.ops, fx_graph=self.gm)
+        self.record = GraphRecord(self.name, self.settings.mode, self.ops, fx_graph=self.gm)
         rt.graphs.append(self.record)
         # what the generated module makes on its first run: TorchAir's events and the labels' streams
         passes.create_events(self.tagged_event_names)
-        self.runner.label_streams = {label: torch.npu.Stream()._state for label in sorted(self.labels)}
+        self.runner.label_streams = {label: torch.npu.Stream() for label in sorted(self.labels)}
 
     def __call__(self, *args):
         rt = current()
@@ -193,12 +189,10 @@ class AclConcreteGraph:
         return self.reconstruct_outputs(rt, meta)
 
     def compile(self, rt, args) -> str:
-        import torch_npu
-
         if not self.captured:
             self.stream = torch.npu.Stream()
             self.pool = self.pool_config if self.pool_config is not None else torch.npu.graph_pool_handle()
-            with torch_npu.npu.graph(torch_npu.npu.NPUGraph(), pool=self.pool, stream=self.stream):
+            with torch.npu.graph(torch.npu.NPUGraph(), pool=self.pool, stream=self.stream):
                 pass    # TorchAir initialises the pool with an empty capture
             self.captured = True
         if self.fallback:
@@ -249,12 +243,10 @@ class AclConcreteGraph:
         torch.npu.empty_cache()
 
     def _capture(self, rt, key, args) -> None:
-        import torch_npu
-
         if self.reuse_in_fx and len(set(self.metas) | {key}) > 1:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
-        meta = self.metas[key] = GraphMeta(key, torch_npu.npu.NPUGraph())
+        meta = self.metas[key] = GraphMeta(key, torch.npu.NPUGraph())
         counters["npugraph_ex"]["captured_" + self.name] = len(self.metas)
         self.record.captures = len(self.metas)
         if key not in self.record.keys:
@@ -265,7 +257,7 @@ class AclConcreteGraph:
         torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
         meta.graph._label = f"{self.name}[{key}]"
         inputs = list(args)
-        with torch_npu.npu.graph(meta.graph, pool=self.pool, stream=self.stream):
+        with torch.npu.graph(meta.graph, pool=self.pool, stream=self.stream):
             for i in self.user_inputs.values():
                 if i in self.mutated or not isinstance(inputs[i], torch.Tensor):
                     continue
@@ -281,10 +273,9 @@ class AclConcreteGraph:
                                      None if cloned else t.data_ptr()))
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
-        if self.config.experimental_config.aclgraph._super_kernel_optimize:
-            aclgraph = self.config.experimental_config.aclgraph
-            meta.graph.super_kernel_optimize(optimize_options=aclgraph._super_kernel_optimize_options.value,
-                                             debug_options=aclgraph._super_kernel_debug_options.value)
+        if self.settings.super_kernel_optimize:
+            meta.graph.super_kernel_optimize(optimize_options=self.settings.super_kernel_optimize_options,
+                                             debug_options=self.settings.super_kernel_debug_options)
 
     def process_input(self, rt, meta, args) -> None:
         """Copy this call's inputs into the memory the graph reads: every call into the cloned-input
@@ -303,8 +294,7 @@ class AclConcreteGraph:
             if dst is not None:
                 writes.append(dst)
         if writes:
-            op = "aten::_foreach_copy_" if len(writes) > 1 else "aten::copy_"
-            rt.kernel(rt.current_stream(), op, reads, writes, cores=profiles.COPY, site=user_site(2))
+            emit.copy_inputs(rt, rt.current_stream(), reads, writes, user_site(2))
 
     def reconstruct_outputs(self, rt, meta) -> list:
         """This call's outputs: handles onto the static output buffers (cloned with
@@ -325,9 +315,8 @@ class AclConcreteGraph:
             for j, t in enumerate(outputs):
                 if isinstance(t, NpuTensor) and j not in aliased:
                     t._graph_call = call
-        rt.marker("graph_outputs", rt.current_stream(),
-                  detail=(self.name, meta.key, self.record.replays,
-                          tuple(span(t) for t in outputs if isinstance(t, NpuTensor))), site=caller_of_compiled())
+        emit.graph_outputs(rt, rt.current_stream(), self.name, meta.key, self.record.replays,
+                           tuple(span(t) for t in outputs if isinstance(t, NpuTensor)), caller_of_compiled())
         return outputs
 
 
@@ -342,18 +331,13 @@ class _AclRunner(Runner):
         self.label_streams: dict = {}
 
     def begin(self, rt, args) -> None:
-        from torchair.scope import _scope_attr
-
-        self.saved = [rt.current_stream()]
-        self.scope_depth = len(_scope_attr.local.scope_attr.scope_attr_info()) if _scope_attr.has_scope_attr() else 0
+        self.saved = [torch.npu.current_stream()]
+        self.scope_depth = scope_stack.depth()
 
     def end(self, rt) -> None:
         """Back to the calling stream and scope stack, also when a node raised."""
-        from torchair.scope import _scope_attr
-
-        rt.set_current_stream(self.saved[0])
-        while _scope_attr.has_scope_attr() and len(_scope_attr.local.scope_attr.scope_attr_info()) > self.scope_depth:
-            _scope_attr.scope_exit()
+        torch.npu.set_stream(self.saved[0])
+        scope_stack.unwind(self.scope_depth)
 
     def execute(self, rt, node, args, kwargs):
         name = fxgraph.target_name(node)
@@ -364,8 +348,8 @@ class _AclRunner(Runner):
         result = self.call(node, args, kwargs)
         label = self.enter_labels.get(node.name)
         if label is not None:
-            self.saved.append(rt.current_stream())
-            rt.set_current_stream(self.label_streams[label])
+            self.saved.append(torch.npu.current_stream())
+            torch.npu.set_stream(self.label_streams[label])
         elif node.name in self.exits:
-            rt.set_current_stream(self.saved.pop())
+            torch.npu.set_stream(self.saved.pop())
         return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch.fx.node import map_arg
 
-from ..runtime import current
+from ..runtime.runtime import current
 from .fxgraph import node_site
 
 

@@ -37,7 +37,7 @@ from typing import Optional
 
 import torch
 
-from ...trace import ReinplaceVerdict as Verdict
+from ..trace import ReinplaceVerdict as Verdict
 from . import fxgraph
 
 INPLACEABLE = "disable_reinplace_inplaceable_ops_pass"
@@ -197,16 +197,16 @@ def _candidate(graph: _Graph, node):
     return switch, inplace, bases, results, copies
 
 
-def apply(gm, config, graph_name: str) -> list:
+def apply(gm, settings, graph_name: str) -> list:
     """Run both passes on ``gm`` as TorchAir would, in place; returns ``(node, Verdict)`` per candidate."""
     fxgraph.stream_labels(gm)
-    debug = config.debug.aclgraph
+    disabled = {INPLACEABLE: settings.disable_inplaceable_pass, INPUT_MUTATED: settings.disable_input_mutated_pass}
     graph = _Graph(gm)
     verdicts, rewrites = [], []
 
     def verdict_of(node, name, op, inplace_op, switch, users_per_base) -> bool:
         users = list(dict.fromkeys(u for users in users_per_base for u in users))
-        if getattr(debug, switch):
+        if disabled[switch]:
             verdict = "disabled"
         elif all(_one_stream(users) for users in users_per_base):
             verdict = "applied"
@@ -233,7 +233,7 @@ def apply(gm, config, graph_name: str) -> list:
             rewrites.append((node, inplace, bases, results, copies))
     for node, inplace, bases, results, copies in rewrites:
         _rewrite(gm, node, inplace, bases, results, copies)
-    if not getattr(debug, INPUT_MUTATED) and any(n.target in _auto_functionalized() for n in graph.nodes):
+    if not disabled[INPUT_MUTATED] and any(n.target in _auto_functionalized() for n in graph.nodes):
         from torch._inductor.fx_passes.post_grad import decompose_auto_functionalized
 
         decompose_auto_functionalized(gm.graph)   # TorchAir: right after the input-mutated pass
@@ -288,12 +288,3 @@ def _rewrite(gm, node, inplace, bases, results, copies) -> None:
             if user.target is operator.getitem and user.args[1] == 0:
                 user.replace_all_uses_with(node)
                 gm.graph.erase_node(user)
-
-
-def emit(verdicts) -> None:
-    """One ``Marker("reinplace")`` per verdict in the running test's trace."""
-    from ..runtime import current
-
-    rt = current()
-    for node, verdict in verdicts:
-        rt.marker("reinplace", detail=verdict, site=fxgraph.node_site(node))

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import itertools
 
-from .. import profiles
-from ..runtime import current
-from . import fxgraph
-from .records import GraphOp, GraphRecord
+from ..runtime import profiles
+from ..runtime.runtime import current
+from . import emit, fxgraph
+from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
 GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned streams (outside torch_npu's encodings)
@@ -54,13 +54,13 @@ def parse_aicore_num(value, device):
 class GeGraph:
     """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
 
-    def __init__(self, gm, config, name: str):
+    def __init__(self, gm, settings, name: str):
         for node in gm.graph.nodes:
             if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
                 raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!")
         self.gm = gm
         self.name = name
-        self.aicore_num = config.ge_config.aicore_num.value
+        self.aicore_num = settings.aicore_num
         self.scope = fxgraph.scopes(gm)
         self.lane = self._lanes(gm)
         self.ops = [GraphOp(n.name, fxgraph.target_name(n), self.lane[n]) for n in gm.graph.nodes
@@ -194,10 +194,10 @@ class _GeRunner(Runner):
         wanted = None if scope is None or scope.super_kernel is None else (scope.super_kernel,
                                                                           scope.super_kernel_options)
         if self.super_kernel is not None and self.super_kernel[:2] != wanted:
-            rt.marker("super_kernel_end", self.super_kernel[2], detail=self.super_kernel[:2])
+            emit.super_kernel_end(rt, self.super_kernel[2], self.super_kernel[:2])
             self.super_kernel = None
         if wanted is not None and self.super_kernel is None:
-            rt.marker("super_kernel_begin", stream, detail=wanted)
+            emit.super_kernel_begin(rt, stream, wanted)
             self.super_kernel = (*wanted, stream)
 
 
