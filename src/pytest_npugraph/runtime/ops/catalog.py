@@ -161,6 +161,9 @@ OPS = [
           ref.npu_format_cast_inplace_acl_format, cores("AIV", vector="all", limit_applies=False)),
 ]
 
+from . import flash_attention  # noqa: E402  (family module: its SPECS until the registry gathers them)
+
+OPS += flash_attention.SPECS
 OPS_BY_NAME = {spec.name: spec for spec in OPS}
 
 # torch_npu has no npu_nonzero: aten nonzero is the full-core-sync op (NonZero must hold every
