@@ -81,7 +81,10 @@ def install(npu_module) -> None:
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
+    from . import autocast, serialization
     from .ops import library
 
     library.install()
+    serialization.install()
+    autocast.install()
     _installed = True

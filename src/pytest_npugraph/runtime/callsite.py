@@ -54,7 +54,11 @@ def _display(filename: str):
 
 def user_site(depth: int = 2) -> Site:
     """The innermost user frame above the caller (cached per code object: cheap on hot paths)."""
-    return _first_user(sys._getframe(depth + 1))
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:      # called near the bottom of the stack (a script's top level): no user frame above
+        return UNKNOWN_SITE
+    return _first_user(frame)
 
 
 def caller_of_compiled(depth: int = 2) -> Site:
@@ -62,7 +66,10 @@ def caller_of_compiled(depth: int = 2) -> Site:
     graph: the compiled code runs in the frame of the user's ``forward``, which Dynamo's entry
     (``torch/_dynamo/eval_frame.py``) calls, so take the first user frame above the outermost Dynamo
     frame of the chain; ``user_site`` when there is none."""
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return UNKNOWN_SITE
     entry = None
     while frame is not None:
         if frame.f_code.co_filename.endswith(_EVAL_FRAME):

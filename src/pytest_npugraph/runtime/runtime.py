@@ -56,6 +56,13 @@ class Runtime:
     def device(self, index: Optional[int] = None) -> Device:
         if index is None:
             index = self.current_device()
+        if index >= len(self.devices):
+            # only an object from an earlier test can name a device this test lacks (the API checks indices)
+            raise RuntimeError(
+                f"npu:{index} does not exist in the running test's emulated machine ({len(self.devices)} device(s)): "
+                f"a tensor, stream or event made by an earlier test with more devices (module-level or cached "
+                f"state) is used here. Make NPU objects inside the test or a fixture, or give this test the "
+                f"devices with @pytest.mark.npu_devices({index + 1}).")
         return self.devices[index]
 
     def stream_by_id(self, device: int, stream_id: int) -> StreamState:

@@ -82,6 +82,35 @@ class NpuTensor(torch.Tensor):
             return 0
         return block.lo + self._payload.storage_offset() * self._payload.element_size()
 
+    def __setattr__(self, name, value):
+        """``t.data = other`` (weight loading, ``Module.half()``/``.to(dtype)``): torch swaps the
+        wrapper's metadata; the values are the payload's, so take ``other``'s payload and block too."""
+        super().__setattr__(name, value)
+        if name == "data" and isinstance(value, NpuTensor):
+            object.__setattr__(self, "_payload", value._payload)
+            object.__setattr__(self, "_block", value._block)
+            object.__setattr__(self, "_graph_call", value._graph_call)
+
+    def untyped_storage(self):
+        """The block's storage (``runtime.storage.NpuStorage``): ``data_ptr()`` is the device address."""
+        from . import storage
+
+        found = storage.untyped_storage(self)
+        return torch.Tensor.untyped_storage(self) if found is None else found
+
+    def _typed_storage(self):
+        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype, _internal=True)
+
+    def __deepcopy__(self, memo):
+        from . import serialization
+
+        return serialization.deepcopy(self, memo)
+
+    def __reduce_ex__(self, proto):
+        from . import serialization
+
+        return serialization.reduce(self, proto)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if any(not issubclass(t, NpuTensor) and t is not torch.Tensor for t in types):
@@ -101,6 +130,7 @@ def wrap(payload: torch.Tensor, device_index: int, stream=None, site=None) -> Np
     """An NPU tensor over ``payload``, sharing the block of any NPU tensor on the same storage."""
     if _is_fake(payload):
         return NpuTensor(payload, device_index)
+    _dense_only(payload)
     storage = payload.untyped_storage()
     nbytes = storage.nbytes()
     if nbytes == 0:
@@ -117,6 +147,13 @@ def wrap(payload: torch.Tensor, device_index: int, stream=None, site=None) -> Np
         _storage_blocks[key] = block
         rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
     return NpuTensor(payload, device_index, block)
+
+
+def _dense_only(payload) -> None:
+    if payload.layout is not torch.strided:
+        raise NotImplementedError(
+            f"{payload.layout} tensors are not supported on npu: torch_npu has no sparse kernels, and the emulated "
+            f"NPU keeps dense tensors only. Make the {payload.layout} tensor on the host (x.cpu().to_sparse()).")
 
 
 def span(t: NpuTensor):
@@ -146,8 +183,9 @@ class _Plan:
                      for i, a in enumerate(schema.arguments)]
         self.special = _SPECIAL.get(schema.name) or (_host_op if schema.name.startswith("air::") else None)
         # in-place and out= ops return the very tensor object they wrote to
+        # (a tensor-list argument such as ``_foreach_add_``'s ``Tensor(a!)[]`` has an empty alias set)
         written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
-                   if a.alias_info is not None and a.alias_info.is_write}
+                   if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set}
         self.returns_args = [written.get(next(iter(r.alias_info.before_set), None)) if r.alias_info else None
                              for r in schema.returns]
 
@@ -254,9 +292,7 @@ def _sync_metadata(t: NpuTensor) -> None:
     p = t._payload
     if t.shape == p.shape and t.stride() == p.stride() and t.storage_offset() == p.storage_offset():
         return
-    new = wrap(p, t.device.index)
-    t.data = new
-    t._block = new._block
+    t.data = wrap(p, t.device.index)     # takes the new block too (NpuTensor.__setattr__)
 
 
 def _return_written(plan, args, kwargs, result):
@@ -271,7 +307,8 @@ def _return_written(plan, args, kwargs, result):
 def _wrap_outputs(out, device, fresh):
     def wrap_one(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor):
-            known = x.untyped_storage().data_ptr() in _storage_blocks if fresh is not None else True
+            _dense_only(x)
+            known = fresh is None or _is_fake(x) or x.untyped_storage().data_ptr() in _storage_blocks
             t = wrap(x, device)
             if fresh is not None and not known:
                 fresh.append(t)

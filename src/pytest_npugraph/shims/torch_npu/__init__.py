@@ -66,6 +66,11 @@ def _patch_tensor_to() -> None:
 
 _patch_tensor_to()
 
+from . import _accelerator  # noqa: E402
+from .npu._format import Format, get_npu_format  # noqa: E402,F401
+
+_accelerator.install()
+
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 from . import distributed  # noqa: E402,F401  (registers the hccl backend)
 

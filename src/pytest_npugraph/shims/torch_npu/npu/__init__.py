@@ -24,6 +24,9 @@ from .npu_config import (get_device_limit, get_stream_limit, reset_stream_limit,
 from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStream
 from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
                     device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
+from . import amp
+from ._tensor_types import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
+                            HalfTensor, IntTensor, LongTensor, ShortTensor)
 
 __all__ = [
     "is_initialized", "init", "synchronize", "device_count", "can_device_access_peer", "set_device",
@@ -40,6 +43,9 @@ __all__ = [
     "get_allocator_backend", "host_empty_cache",
     "set_device_limit", "get_device_limit", "set_stream_limit", "reset_stream_limit", "get_stream_limit",
     "is_bf16_supported", "get_amp_supported_dtype", "is_autocast_enabled", "get_autocast_dtype",
+    "set_autocast_enabled", "set_autocast_dtype",
+    "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor", "IntTensor", "LongTensor",
+    "ShortTensor", "BFloat16Tensor",
 ]
 
 def _lazy_init() -> None:
@@ -189,11 +195,19 @@ def get_amp_supported_dtype():
 
 
 def is_autocast_enabled() -> bool:
-    return torch.is_autocast_enabled("npu") if hasattr(torch, "is_autocast_enabled") else False
+    return torch.is_autocast_enabled("npu")
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("npu", enabled)
 
 
 def get_autocast_dtype():
-    return torch.float16
+    return torch.get_autocast_dtype("npu")
+
+
+def set_autocast_dtype(dtype) -> None:
+    torch.set_autocast_dtype("npu", dtype)
 
 
 def set_sync_debug_mode(debug_mode) -> None:
@@ -218,4 +232,9 @@ def __getattr__(name):
         from . import graphs
 
         return getattr(graphs, name)
+    from .._accelerator import inductor_entry
+
+    entry = inductor_entry(name)    # inductor's PrivateUse1 registration asks for these three names
+    if entry is not None:
+        return entry
     raise AttributeError(f"module 'torch_npu.npu' has no attribute '{name}'")

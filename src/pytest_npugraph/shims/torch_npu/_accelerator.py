@@ -1,0 +1,126 @@
+"""What torch asks of an accelerator backend that a Python backend cannot register through
+PrivateUse1 hooks: NPU generators and pinned host memory; and inductor's device entry.
+
+torch_npu provides these in C++ (``getNewGenerator``, ``getPinnedMemoryAllocator``, its inductor
+backend).  Without them ``torch.Generator(device="npu")``, ``Tensor.pin_memory()`` and
+``DataLoader(pin_memory=True)`` fail inside torch, and ``torch.compile`` with inductor fails with
+``KeyError: 'npu'``.  NPU ops run on the CPU here, so an NPU generator is a CPU generator that
+reports ``device='npu:N'``, and pinned memory is a host copy marked as pinned.
+"""
+from __future__ import annotations
+
+import torch
+
+_PINNED = "_npugraph_pinned"     # set on the (preserved) Python object of a pinned copy's storage
+_installed = False
+
+
+# ------------------------------------------------------------------ generators
+class _GeneratorType(type(torch._C.Generator)):
+    def __instancecheck__(cls, obj) -> bool:      # CPU generators made by torch are still torch.Generators
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+class Generator(torch._C.Generator, metaclass=_GeneratorType):
+    """``torch.Generator``; for ``device="npu[:N]"`` a generator of the emulated NPU (CPU kernels draw
+    from it, since NPU ops compute on the CPU)."""
+
+    def __new__(cls, device="cpu"):
+        d = torch.device(device)
+        if d.type != "npu":
+            return torch._C.Generator(d)
+        g = super().__new__(cls, "cpu")
+        g._npu_index = torch.npu.current_device() if d.index is None else d.index
+        return g
+
+    @property
+    def device(self):
+        return torch.device("npu", self._npu_index)
+
+    def __reduce__(self):
+        return Generator, (self.device,), self.get_state()
+
+    def __setstate__(self, state):
+        self.set_state(state)
+
+    def __repr__(self):
+        return f"<torch._C.Generator object at {id(self):#x} device={self.device}>"
+
+
+Generator.__module__ = "torch"
+Generator.__qualname__ = Generator.__name__ = "Generator"
+
+
+# ---------------------------------------------------------------- pinned memory
+_tensor_pin_memory = torch.Tensor.pin_memory
+_tensor_is_pinned = torch.Tensor.is_pinned
+
+
+def pin_memory(self, device=None):
+    """``Tensor.pin_memory``: a page-locked host copy (marked, so ``is_pinned()`` says True)."""
+    if self.device.type != "cpu" or self.layout != torch.strided:
+        raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
+    if is_pinned(self):
+        return self
+    out = torch.empty(self.shape, dtype=self.dtype)
+    out.copy_(self)
+    setattr(out.untyped_storage(), _PINNED, True)
+    return out
+
+
+def is_pinned(self, device=None) -> bool:
+    if self.device.type != "cpu" or self.layout != torch.strided or self.numel() == 0:
+        return False
+    return bool(getattr(self.untyped_storage(), _PINNED, False))
+
+
+pin_memory.__doc__ = _tensor_pin_memory.__doc__
+is_pinned.__doc__ = _tensor_is_pinned.__doc__
+
+
+# --------------------------------------------------------------------- inductor
+INDUCTOR_MESSAGE = (
+    "torch.compile's default backend 'inductor' cannot compile for the emulated NPU: pytest-npugraph computes "
+    "NPU ops on the CPU and has no inductor code generator for 'npu' (on hardware torch_npu's own inductor "
+    "backend does this). Backends that work here: backend=torchair.get_npu_backend(compiler_config=...) (GE "
+    "'max-autotune' or 'reduce-overhead' mode), backend='npugraph_ex', backend='aot_eager' or backend='eager'.")
+
+
+class _Refuses(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(INDUCTOR_MESSAGE)
+
+
+class _NoInductorForNpu(metaclass=_Refuses):
+    """What inductor finds as the npu device's scheduling and wrapper code generators (through
+    ``torch.npu.Scheduling`` & co, inductor's PrivateUse1 registration): using one raises."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(INDUCTOR_MESSAGE)
+
+
+def inductor_entry(name: str):
+    """``torch.npu.<name>`` for inductor's ``init_backend_registration`` (None for other names)."""
+    if name not in ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"):
+        return None
+    from torch._inductor.codegen import common
+    from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+
+    if "npu" not in common.device_op_overrides_dict:
+        common.register_device_op_overrides("npu", CpuDeviceOpOverrides())
+    return _NoInductorForNpu
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    torch.Generator = Generator
+    torch.Tensor.pin_memory = pin_memory
+    torch.Tensor.is_pinned = is_pinned
+    _installed = True
