@@ -10,6 +10,7 @@ import logging
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch.utils._mode_utils import no_dispatch
 
 from . import fxgraph
 from .aclgraph import AclConcreteGraph
@@ -77,7 +78,8 @@ class NpuFxCompiler:
         mode = settings.mode
         if mode not in ("max-autotune",) + ACLGRAPH_MODES:
             raise ValueError(f"Unsupported npu backend mode: {mode}.")
-        gm = copy.deepcopy(gm)
+        with no_dispatch():     # as TorchAir: constants (torch.tensor in the region) copy as real tensors
+            gm = copy.deepcopy(gm)
         mutated = fxgraph.mutated_user_inputs(gm)
         log.debug("find mutated user inputs: %s", mutated)
         name = next_graph_name()

@@ -79,6 +79,10 @@ def install(npu_module) -> None:
         br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module)
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    # torch.tensor(data, device="npu") lifts the data on the host, then copies it to the device
+    # with the Python key on (what torch does for devices absent at trace time): in a compiled
+    # region the graph then holds a host constant and an H2D copy, never a real NpuTensor
+    torch._C._set_only_lift_cpu_tensors(True)
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
     from . import autocast, serialization

@@ -7,14 +7,17 @@ PyTorch's CUDA sanitizer classifies arguments) and the user's source line.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map
 
 from .. import trace as T
 from . import profiles
 from .callsite import user_site
+from .outside_dynamo import outside_dynamo
 from .runtime import current
 
 NPU = "npu"
@@ -112,10 +115,47 @@ class NpuTensor(torch.Tensor):
         return serialization.reduce(self, proto)
 
     @classmethod
+    @outside_dynamo
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if any(not issubclass(t, NpuTensor) and t is not torch.Tensor for t in types):
             return NotImplemented
+        fake_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+        if fake_mode is not None:
+            return _under_fake_mode(fake_mode, func, args, kwargs or {})
         return dispatch(func, args, kwargs or {})
+
+    def _is_view(self):
+        """While Dynamo fakes a compiled function's inputs, an NPU view is described by its payload
+        (itself a view of the base's payload, so the fakes still share storage): torch would
+        otherwise replay the view on a subclass fake, and an NPU tensor's fake is a plain
+        FakeTensor on ``npu`` (see ``__tensor_unflatten__``)."""
+        if _faking_inputs():
+            return False
+        return torch.Tensor._is_view(self)
+
+
+def _faking_inputs() -> bool:
+    guards = sys.modules.get("torch._guards")
+    return guards is not None and guards.TracingContext.try_get() is not None
+
+
+def _under_fake_mode(mode, func, args, kwargs):
+    """An op on real NPU tensors while a FakeTensorMode traces (FakeTensorMode declines subclasses it
+    does not know).  ``torch.tensor(data, device="npu")`` lifts its data on the host (see
+    ``backend.install``); in a thread where torch still lifts the device copy, lift the host payload
+    and copy it to the device, the graph ``torch.tensor`` makes for any device absent at trace time.
+    Any other op runs on the tensors' fakes."""
+    if func in (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default):
+        (t,) = args
+        with no_dispatch():
+            host = t._payload.detach().clone()
+        with mode:
+            return func(host).to(t.device)
+
+    def fake(x):
+        return mode.from_tensor(x, static_shapes=True) if isinstance(x, NpuTensor) else x
+    with mode:
+        return func(*tree_map(fake, args), **tree_map(fake, kwargs))
 
 
 def _fake_on_npu(payload, device_index):

@@ -12,10 +12,12 @@ functional op (and ``copy_`` epilogues for mutated graph inputs), not ``auto_fun
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..._context import CONTEXT
@@ -50,6 +52,16 @@ class OpRegistry:
         self.ops.append(UserOp(name, schema, impl, cores))
 
 
+@contextlib.contextmanager
+def _real_cpu_compute():
+    """Plain CPU compute inside a meta kernel: FakeTensorMode runs meta kernels with the Meta key
+    forced on for every op (and a tracer's modes live), so the reference's own factories
+    (``torch.arange``...) would otherwise go to Meta and its decompositions, and loop."""
+    with _disable_current_modes(), torch._C._PreserveDispatchKeyGuard():
+        torch._C._set_meta_in_tls_dispatch_include(False)
+        yield
+
+
 def _meta_kernel(impl):
     """Shapes by running the reference on zeros of the same shapes (static shapes only)."""
     def to_cpu(x):
@@ -58,8 +70,9 @@ def _meta_kernel(impl):
         return x
 
     def kernel(*args, **kwargs):
-        out = impl(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
-        return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, out)
+        with _real_cpu_compute():
+            out = impl(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+            return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, out)
     return kernel
 
 
