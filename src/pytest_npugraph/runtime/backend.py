@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_map
 
+from .outside_dynamo import outside_dynamo
 from .tensor import NPU, NpuTensor, _launch, _unwrap, wrap
 from .runtime import current
 
@@ -23,6 +24,7 @@ def _target_device(args, kwargs):
     return current().current_device()
 
 
+@outside_dynamo
 def _privateuse1_fallback(keyset, op, *args, **kwargs):
     """Ops that reach the npu backend with no NPU tensor argument: factories (``empty``...)."""
     index = _target_device(args, kwargs)

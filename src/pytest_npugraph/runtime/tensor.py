@@ -469,6 +469,7 @@ def _copy(func, plan, args, kwargs):
     return dst
 
 
+@outside_dynamo
 def copy_from_kernel(src, dst, non_blocking=False):
     """``aten::_copy_from`` for the npu backend.  Reached only with the Python key excluded:
     ``torch.tensor(data, device="npu")`` builds its result that way (``empty`` + ``copy_``)."""

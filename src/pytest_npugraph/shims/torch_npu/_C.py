@@ -10,6 +10,7 @@ import torch
 
 from pytest_npugraph.runtime import runtime as _runtime
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
+from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
 PRIVATEUSE1 = 20   # c10::DeviceType::PrivateUse1
 
@@ -154,7 +155,7 @@ def _npu_empty(op):
         if nbytes and not allocator.fits(nbytes, stream.sid, pool):
             allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
         return wrap(op(*args, **dict(kwargs, device=torch.device("cpu"))), index)
-    return kernel
+    return outside_dynamo(kernel)
 
 
 def _raw_blocks(rt) -> dict:
