@@ -94,10 +94,17 @@ class NpuGraph:
         timeline.write(path, self.runtime.trace, found, status)
 
     def assert_clean(self, *kinds: str) -> None:
-        """Raise AssertionError describing every hazard found so far (of ``kinds``, or any kind)."""
+        """Raise AssertionError if a hazard found so far would fail the test (error severity, not
+        allowed by ``npu_allow``, not absorbed by ``expect``), describing every hazard found, warnings
+        included.  With ``kinds`` named, any hazard of those kinds fails it, warnings included."""
         for kind in kinds:
             if kind not in KINDS:
                 raise ValueError(f"npugraph.assert_clean: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
-        found = [h for h in self.hazards if not kinds or h.kind in kinds]
-        if found:
-            raise AssertionError(format_report(found))
+        found = self.hazards
+        if kinds:
+            failing = [h for h in found if h.kind in kinds]
+        else:
+            allow = CONTEXT.config.allow
+            failing = [h for h in found if h.severity != "warning" and h.kind not in allow]
+        if failing:
+            raise AssertionError(format_report(found if not kinds else failing))

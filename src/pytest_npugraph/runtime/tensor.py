@@ -212,13 +212,14 @@ def span(t: NpuTensor):
 class _Plan:
     """What dispatch needs to know about an op, computed once per OpOverload."""
 
-    __slots__ = ("name", "args", "metadata_only", "special", "returns_args")
+    __slots__ = ("name", "args", "metadata_only", "metadata_inplace", "special", "returns_args")
 
     def __init__(self, func):
         schema = func._schema
         self.name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
         self.metadata_only = any(r.alias_info is not None and not r.alias_info.is_write
                                  for r in schema.returns) or _FACTORY_LIKE(schema.name)
+        self.metadata_inplace = schema.name in METADATA_INPLACE
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
         self.special = _SPECIAL.get(schema.name) or (_host_op if schema.name.startswith("air::") else None)
@@ -228,6 +229,14 @@ class _Plan:
                    if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set}
         self.returns_args = [written.get(next(iter(r.alias_info.before_set), None)) if r.alias_info else None
                              for r in schema.returns]
+
+
+# In-place ops that change only a tensor's sizes, strides or offset (or ask a type question): no kernel
+# runs for them on the device.  ``resize_`` launches work only when it must grow the storage (a new block).
+METADATA_INPLACE = frozenset((
+    "aten::unsqueeze_", "aten::squeeze_", "aten::t_", "aten::transpose_", "aten::swapdims_",
+    "aten::swapaxes_", "aten::as_strided_", "aten::detach_", "aten::resize_", "aten::resize_as_",
+    "aten::_has_compatible_shallow_copy_type"))
 
 
 def _FACTORY_LIKE(name: str) -> bool:
@@ -310,16 +319,20 @@ def _run(func, plan, args, kwargs):
         _no_host_tensors(plan, args, kwargs, inputs[0].device)
     uargs, ukwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
     capture = current().current_stream(device).capture
-    if capture is not None and writes:
+    if capture is not None and writes and not plan.metadata_inplace:
         capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
+    before = [t._block for t in writes]
     out = func(*uargs, **ukwargs)
     fresh: list = []
     for t in writes:
         _sync_metadata(t)
+    if plan.metadata_inplace:   # only a storage that had to grow (a new block) is device work
+        writes = [t for t, block in zip(writes, before) if t._block is not block]
+        reads = []
     result = _wrap_outputs(out, device, fresh)
     if any(i is not None for i in plan.returns_args):
         result = _return_written(plan, args, kwargs, result)
-    if plan.metadata_only:
+    if plan.metadata_only or (plan.metadata_inplace and not writes):
         _inherit_graph_call(inputs, result)
         return result
     _launch(plan.name, device, reads, writes + fresh, replay=(func, uargs, ukwargs, out))
