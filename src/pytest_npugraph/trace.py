@@ -9,14 +9,16 @@ Identity conventions
 * ``stream``: a process-unique int (``StreamInfo.sid``), unique across devices.
 * ``event``: a unique int per event object (``EventInfo.eid``).
 * ``block``: a unique int per allocation (``BlockInfo.bid``); a reused address gets a new block.
-* ``Span``: bytes ``[lo, hi)`` of the simulated device address space of ``device``.
-  Two spans conflict when they are on the same device and their ranges intersect,
-  whatever block they belong to (that is how reuse after free shows up).
+* ``Span``: bytes of the simulated device address space of ``device``: ``[lo, hi)``, or the
+  elements of a strided view within that range.  Two spans conflict when they are on the same
+  device and share a byte, whatever block they belong to (that is how reuse after free shows up).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Union
+
+from . import layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +38,32 @@ UNKNOWN_SITE = Site("<unknown>", 0)
 
 @dataclass(frozen=True, slots=True)
 class Span:
+    """Bytes of ``device`` an access touches.  Dense: ``[lo, hi)``.  Strided (``dims`` non-empty,
+    see ``layout``): runs of ``run`` bytes at ``lo + sum(i_d * stride_d)`` for ``(n_d, stride_d)``
+    in ``dims``, ``0 <= i_d < n_d``; ``[lo, hi)`` is then their bounding range."""
+
     device: int
     lo: int
     hi: int
     block: int
+    run: int = 0
+    dims: tuple = ()
+
+    @classmethod
+    def of_view(cls, device: int, block: int, lo: int, item: int, shape, strides) -> "Span":
+        """The span of a view of ``item``-byte elements starting at byte ``lo``."""
+        run, dims = layout.normalise(item, shape, strides)
+        hi = lo + layout.extent(run, dims)
+        return cls(device, lo, hi, block, run, dims) if dims else cls(device, lo, hi, block)
 
     def overlaps(self, other: "Span") -> bool:
-        return self.device == other.device and self.lo < other.hi and other.lo < self.hi
+        """Whether the two share a byte (exactly, for strided views too)."""
+        if self.device != other.device or not (self.lo < other.hi and other.lo < self.hi):
+            return False
+        if not self.dims and not other.dims:
+            return True
+        return layout.intersects(self.lo, self.run or self.hi - self.lo, self.dims,
+                                 other.lo, other.run or other.hi - other.lo, other.dims)
 
 
 @dataclass(frozen=True, slots=True)

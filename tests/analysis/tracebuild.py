@@ -73,6 +73,12 @@ class Build:
         info = self.trace.blocks[self.bids[name]]
         return T.Span(info.device, info.lo + lo, info.lo + (info.size if hi is None else hi), info.bid)
 
+    def strided(self, name: str, offset: int, shape, strides, item: int = 1) -> T.Span:
+        """The elements of a strided view of a tensor (``offset`` and ``strides`` in elements of
+        ``item`` bytes, relative to its start)."""
+        info = self.trace.blocks[self.bids[name]]
+        return T.Span.of_view(info.device, info.bid, info.lo + offset * item, item, shape, strides)
+
     def _spans(self, items) -> tuple:
         if isinstance(items, (str, T.Span)):
             items = (items,)
@@ -123,7 +129,8 @@ def dump(trace: T.Trace) -> str:
             if name == "stream":
                 value = label.get(value, value)
             elif name in ("reads", "writes"):
-                value = [f"b{sp.block}[{sp.lo},{sp.hi})" for sp in value]
+                value = [f"b{sp.block}[{sp.lo},{sp.hi})" + (f"run{sp.run}x{sp.dims}" if sp.dims else "")
+                         for sp in value]
             fields.append(f"{name}={value}")
-        lines.append(f"{r.seq:3} {type(r).__name__} " + " ".join(fields))
+        lines.append(f"{r.seq:3} {type(r).__name__} " + " ".join(fields) + f" @{r.site.line}")
     return "\n".join(lines)

@@ -59,8 +59,8 @@ def test_an_error_fails_it_and_the_report_lists_the_warnings_too(npugraph):
         x.add_(1)                        # no side.wait_stream(main): races with the fill
     with pytest.raises(AssertionError) as raised:
         npugraph.assert_clean()
-    assert "found 2 hazard(s)" in str(raised.value) and "pay a copy" in str(raised.value)
-    assert "--- 2. race ---" in str(raised.value) or "--- 1. race ---" in str(raised.value)
+    text = str(raised.value)
+    assert "pay a copy" in text and "--- 1. race ---" in text and "aten::add_.Tensor at" in text
     npugraph._hazards.absorbed.update(h.key for h in npugraph.hazards if h.kind == "race")
 
 

@@ -32,14 +32,16 @@ def tensor(trace, bid) -> str:
             f"({info.hi - info.lo} bytes at {info.lo:#x} of npu:{info.device}{pool})")
 
 
-def overlap(trace, bid, lo, hi) -> str:
-    """Where ``[lo, hi)`` lies in block ``bid``: empty when it is the whole block."""
+def overlap(trace, bid, lo, hi, strided: bool = False) -> str:
+    """Where ``[lo, hi)`` lies in block ``bid``: empty when it is the whole block.  ``strided``: a
+    strided view takes part, so the two share elements within that range, not every byte of it."""
     info = trace.blocks.get(bid)
+    shared = "sharing elements within" if strided else "overlapping in"
     if info is None:
-        return f", overlapping in bytes [{lo:#x}, {hi:#x})"
-    if (info.lo, info.hi) == (lo, hi):
+        return f", {shared} bytes [{lo:#x}, {hi:#x})"
+    if (info.lo, info.hi) == (lo, hi) and not strided:
         return ""
-    return f", overlapping in its bytes [{lo - info.lo}, {hi - info.lo})"
+    return f", {shared} its bytes [{lo - info.lo}, {hi - info.lo})"
 
 
 def access(trace, kernel, writes: bool) -> str:

@@ -58,6 +58,9 @@ class Conflict:
 
 
 class _Segment:
+    """``reads``/``writes``: ``{stream: {access key: (seq, Kernel, Span)}}``, each inner dict in
+    ``seq`` order (an update moves its key to the end)."""
+
     __slots__ = ("lo", "hi", "reads", "writes", "keys")
 
     def __init__(self, lo, hi, reads, writes):
@@ -109,7 +112,8 @@ class _Line:
 
     def split(self, seg, at):
         """Cut ``seg`` at ``at``; both halves keep its history. Returns the right half."""
-        right = _Segment(at, seg.hi, dict(seg.reads), dict(seg.writes))
+        right = _Segment(at, seg.hi, {t: dict(d) for t, d in seg.reads.items()},
+                         {t: dict(d) for t, d in seg.writes.items()})
         seg.hi = at
         self.insert(right)
         return right
@@ -195,6 +199,8 @@ def _scan(trace, hb) -> list:
 
     def conflict(entry, earlier_writes, x, span, later_writes):
         _, a, aspan = entry
+        if (aspan.dims or span.dims) and not aspan.overlaps(span):
+            return      # strided views whose bounding ranges meet but whose elements do not
         old, kind, free = aspan.block, "race", None
         if old != span.block and old in freed:
             free = freed[old]
@@ -210,6 +216,26 @@ def _scan(trace, hb) -> list:
         if key not in found:
             found[key] = Conflict(a, aspan, earlier_writes, x, span, later_writes, kind, free)
 
+    def against(history, c, s, x, span, earlier_writes, later_writes):
+        """Check ``x`` against every other stream's unordered accesses of one segment: newest
+        first, stopping at the first one ``x`` is ordered after (all older ones are too)."""
+        for t, entries in history.items():
+            if t != s:
+                known = c[t]
+                for entry in reversed(entries.values()):
+                    if entry[0] <= known:
+                        break
+                    conflict(entry, earlier_writes, x, span, later_writes)
+
+    def note(history, s, span, entry):
+        """Keep ``entry`` as the newest access of its key (see module doc) on stream ``s``."""
+        entries = history.get(s)
+        if entries is None:
+            entries = history[s] = {}
+        key = (entry[1].site, span.block, span.dims and span)
+        entries.pop(key, None)
+        entries[key] = entry
+
     for pos, rec in enumerate(trace.records):
         cls = type(rec)
         if cls is Kernel:
@@ -220,28 +246,16 @@ def _scan(trace, hb) -> list:
             for span in rec.writes:
                 entry = (rec.seq, rec, span)
                 for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
-                    reads, writes = seg.reads, seg.writes
-                    for t, w in writes.items():
-                        if t != s:
-                            r = reads.get(t)
-                            if r is not None and r[0] > w[0]:
-                                if c[t] < r[0]:
-                                    conflict(r, False, rec, span, True)
-                            elif c[t] < w[0]:
-                                conflict(w, True, rec, span, True)
-                    for t, r in reads.items():
-                        if t != s and t not in writes and c[t] < r[0]:
-                            conflict(r, False, rec, span, True)
-                    writes[s] = entry
+                    against(seg.writes, c, s, rec, span, True, True)
+                    against(seg.reads, c, s, rec, span, False, True)
+                    note(seg.writes, s, span, entry)
             for span in rec.reads:
                 entry = (rec.seq, rec, span)
+                checked = span in rec.writes       # already checked as this kernel's write
                 for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
-                    own = seg.writes.get(s) if rec.writes else None
-                    if own is None or own[0] != rec.seq:  # else already checked as this kernel's write
-                        for t, w in seg.writes.items():
-                            if t != s and c[t] < w[0]:
-                                conflict(w, True, rec, span, False)
-                    seg.reads[s] = entry
+                    if not checked:
+                        against(seg.writes, c, s, rec, span, True, False)
+                    note(seg.reads, s, span, entry)
         elif cls is Free:
             freed[rec.block] = rec
         elif cls is RecordStream and rec.block not in freed:
@@ -250,26 +264,35 @@ def _scan(trace, hb) -> list:
 
 
 def find(trace, cache: dict | None = None) -> list:
-    """Kind ``race``: one hazard per deduplicated unordered conflicting pair."""
-    return [_hazard(trace, c) for c in conflicts(trace, cache) if c.kind == "race"]
+    """Kind ``race``: one hazard per pair of (stream, source line) racing, naming every tensor the two
+    lines race on."""
+    groups: dict = {}
+    for c in conflicts(trace, cache):
+        if c.kind == "race":
+            sides = frozenset(((c.earlier.stream, c.earlier.site), (c.later.stream, c.later.site)))
+            groups.setdefault(sides, []).append(c)
+    return [_hazard(trace, cs) for cs in groups.values()]
 
 
 def memory(trace, c: Conflict) -> str:
     """What the two accesses share, naming both tensors when the memory changed owner."""
     lo, hi = c.overlap
     old, new = c.earlier_span.block, c.later_span.block
+    strided = bool(c.earlier_span.dims or c.later_span.dims)
     if old == new:
-        return describe.tensor(trace, old) + describe.overlap(trace, old, lo, hi)
+        return describe.tensor(trace, old) + describe.overlap(trace, old, lo, hi, strided)
     freed = f", freed at {describe.site(c.freed)}," if c.freed is not None and describe.known(c.freed) else ""
     return (f"memory that changed owner: {describe.tensor(trace, old)}{freed} and then "
-            f"{describe.tensor(trace, new)}{describe.overlap(trace, new, lo, hi)}")
+            f"{describe.tensor(trace, new)}{describe.overlap(trace, new, lo, hi, strided)}")
 
 
-def _hazard(trace, c: Conflict) -> Hazard:
+def _hazard(trace, cs: list) -> Hazard:
+    c = cs[0]
     a, x = c.earlier, c.later
     doing = "writing" if c.earlier_writes else "reading"
+    what = " and on ".join(dict.fromkeys(memory(trace, o) for o in cs))
     message = (
-        f"race on {memory(trace, c)}: {describe.access(trace, x, c.later_writes)}, while "
+        f"race on {what}: {describe.access(trace, x, c.later_writes)}, while "
         f"{describe.stream(trace, a.stream)} may still be {doing} it in {a.op} at {describe.site(a)}; "
         f"nothing orders the two (no event record/wait, wait_stream or synchronize in between). "
         f"Fix: {describe.order_fix(trace, a, x)}.")

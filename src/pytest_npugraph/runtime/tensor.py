@@ -197,15 +197,14 @@ def _dense_only(payload) -> None:
 
 
 def span(t: NpuTensor):
-    """The simulated bytes ``t`` covers, or None for an empty or block-less tensor."""
+    """The simulated bytes ``t`` covers (its elements, for a strided view), or None for an empty or
+    block-less tensor."""
     block = t._block
     if block is None or t._payload.numel() == 0:
         return None
     p = t._payload
     size = p.element_size()
-    start = p.storage_offset()
-    extent = sum((n - 1) * abs(s) for n, s in zip(p.shape, p.stride()))
-    return T.Span(block.device, block.lo + start * size, block.lo + (start + extent + 1) * size, block.bid)
+    return T.Span.of_view(block.device, block.bid, block.lo + p.storage_offset() * size, size, p.shape, p.stride())
 
 
 # -------------------------------------------------------------------- dispatch
