@@ -18,7 +18,8 @@ from .outcome import HazardOutcome
 
 _EMULATE = ("auto", "on", "off")
 _HAZARDS = ("error", "warn", "off")
-STASH_OUTCOME = pytest.StashKey()
+STASH_OUTCOME = pytest.StashKey()      # config.stash: the HazardOutcome plugin of this session
+STASH_SAVED = pytest.StashKey()        # config.stash: the CONTEXT fields to give back at unconfigure
 STASH_MODULES = pytest.StashKey()
 
 
@@ -90,18 +91,18 @@ def pytest_configure(config):
     emulating = _emulation_wanted(config)
     if emulating:
         activation.activate()
-    config._npugraph_saved_context = (CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir)
+    config.stash[STASH_SAVED] = (CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir)
     CONTEXT.emulating = emulating
     CONTEXT.hook = config.hook
     CONTEXT.rootdir = str(config.rootpath)
-    config._npugraph = HazardOutcome(config, chip, hazards)
-    config.pluginmanager.register(config._npugraph, "npugraph-outcome")
+    outcome = config.stash[STASH_OUTCOME] = HazardOutcome(config, chip, hazards)
+    config.pluginmanager.register(outcome, "npugraph-outcome")
     trace_dir, html_path = _path_setting(config, "npu_trace_dir"), _path_setting(config, "npu_html")
     if trace_dir or html_path:
         from .report.export import Export   # no torch, no networkx
 
-        config._npugraph.export = Export(config, trace_dir, html_path, _header(config._npugraph))
-        config.pluginmanager.register(config._npugraph.export, "npugraph-export")
+        outcome.export = Export(config, trace_dir, html_path, _header(outcome))
+        config.pluginmanager.register(outcome.export, "npugraph-export")
 
 
 def _path_setting(config, name: str):
@@ -115,13 +116,13 @@ def _path_setting(config, name: str):
 
 def pytest_unconfigure(config):
     """Give the context back (an in-process pytester session runs inside another one)."""
-    saved = getattr(config, "_npugraph_saved_context", None)
+    saved = config.stash.get(STASH_SAVED, None)
     if saved is not None:
         CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir = saved
 
 
 def pytest_report_header(config):
-    outcome = getattr(config, "_npugraph", None)
+    outcome = config.stash.get(STASH_OUTCOME, None)
     if outcome is None:
         return None
     if not CONTEXT.emulating:
@@ -142,7 +143,7 @@ def _header(outcome) -> str:
 
 def pytest_collection_modifyitems(session, config, items):
     errors = []
-    chip = config._npugraph.chip
+    chip = config.stash[STASH_OUTCOME].chip
     for item in items:
         try:
             config_for(item, chip)
@@ -157,7 +158,7 @@ def pytest_runtest_setup(item):
     """Fresh emulated state for every test (built lazily when the test first touches the NPU)."""
     if not CONTEXT.emulating:
         return
-    CONTEXT.begin(config_for(item, item.config._npugraph.chip), item.ihook)
+    CONTEXT.begin(config_for(item, item.config.stash[STASH_OUTCOME].chip), item.ihook)
     item.stash[STASH_MODULES] = activation.snapshot()
 
 
@@ -168,10 +169,10 @@ def pytest_runtest_call(item):
         result = yield
     except BaseException:
         if CONTEXT.emulating:
-            item.config._npugraph.check(item, failed=True)
+            item.config.stash[STASH_OUTCOME].check(item, failed=True)
         raise
     if CONTEXT.emulating:
-        item.config._npugraph.check(item)
+        item.config.stash[STASH_OUTCOME].check(item)
     return result
 
 
@@ -194,4 +195,4 @@ def npugraph(request):
                     "and --npu-emulate=auto)")
     from .fixture import NpuGraph
 
-    return NpuGraph(request.node, request.config._npugraph)
+    return NpuGraph(request.node, request.config.stash[STASH_OUTCOME])

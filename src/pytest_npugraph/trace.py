@@ -15,8 +15,8 @@ Identity conventions
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Union
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, NamedTuple, Optional, Union
 
 from . import layout
 
@@ -121,7 +121,7 @@ class Kernel:
     cores: OpCores = OpCores()
     cube_limit: int = 0        # effective limit on the issuing stream when issued (0 = none)
     vector_limit: int = 0
-    graph: Optional[str] = None       # replayed from this graph (e.g. "graph_1[key]#replay3"), None for eager
+    graph: Optional["GraphCall"] = None  # the graph call it belongs to (replay, or capture shadow), None for eager
     collective: Optional[tuple] = None  # (group, sequence number) for a collective, matched across ranks
 
 
@@ -185,19 +185,221 @@ class RecordStream:
     site: Site = UNKNOWN_SITE
 
 
-@dataclass(frozen=True, slots=True)
 class Marker:
-    """A host-side annotation (graph capture begin/end, scope, limit change, ...)."""
+    """Base of the host-side annotations below (one record type per fact).
+
+    Every marker has ``seq``, ``stream`` (a sid or None) and ``site``; ``what`` names the kind
+    for reports and timelines.  Analyses match on the record type, never on ``what``.
+    """
+
+    __slots__ = ()
+    what: ClassVar[str] = "marker"
+
+    def facts(self) -> dict:
+        """The kind's own fields (not seq, stream, site), for timelines and reports."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seq", "stream", "site")}
+
+
+def _marker(what: str):
+    """Declare a frozen marker record of kind ``what`` (fields: seq, the kind's own, stream, site)."""
+    def make(cls):
+        cls.what = what
+        return dataclass(frozen=True, slots=True)(cls)
+    return make
+
+
+@_marker("device")
+class DeviceCores(Marker):
+    """Once per device at start: its physical AI Core (cube) and Vector Core counts."""
 
     seq: int
-    what: str
+    device: int
+    cube: int
+    vector: int
     stream: Optional[int] = None
-    detail: tuple = ()
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("group")
+class GroupCreated(Marker):
+    """A communicator was created: the devices taking part in collective group ``group``."""
+
+    seq: int
+    group: str
+    devices: tuple
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("stream_limit")
+class StreamLimit(Marker):
+    """``set_stream_limit``/``reset_stream_limit``: the limits now in force on ``stream`` (-1 = none)."""
+
+    seq: int
+    stream: int
+    cube: int
+    vector: int
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("device_limit")
+class DeviceLimit(Marker):
+    """``set_device_limit``: the limits now in force on ``device`` (-1 = none)."""
+
+    seq: int
+    device: int
+    cube: int
+    vector: int
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("event_reset")
+class EventReset(Marker):
+    """An external event was reset: its next wait belongs to its next record."""
+
+    seq: int
+    event: int
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCall:
+    """Which captured graph a task belongs to: ``graph_1[key]#replay3`` as a structure.
+
+    ``name`` is the compiled graph's name or the NPUGraph's label, ``key`` the aclgraph graph key
+    (one capture per key; None for ``torch.npu.NPUGraph``), ``replay`` the n-th replay (1, 2, ...)
+    or 0 for the capture itself (the shadow tasks recorded while capturing).
+    """
+
+    name: str
+    key: Optional[str] = None
+    replay: int = 0
+
+    @property
+    def label(self) -> str:
+        """The graph (not the call): ``graph_1[key]`` or the NPUGraph's label."""
+        return self.name if self.key is None else f"{self.name}[{self.key}]"
+
+    @property
+    def capture(self) -> bool:
+        return self.replay == 0
+
+    def replayed(self, n: int) -> "GraphCall":
+        return GraphCall(self.name, self.key, n)
+
+    def __str__(self) -> str:
+        return f"{self.label}#" + ("capture" if self.replay == 0 else f"replay{self.replay}")
+
+
+@_marker("capture_begin")
+class CaptureBegin(Marker):
+    seq: int
+    stream: int
+    graph: GraphCall
+    pool: str
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("capture_end")
+class CaptureEnd(Marker):
+    seq: int
+    stream: int
+    graph: GraphCall
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("capture_abort")
+class CaptureAbort(Marker):
+    """An exception left the capture block: its partial graph is dropped."""
+
+    seq: int
+    stream: int
+    graph: GraphCall
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("super_kernel_begin")
+class SuperKernelBegin(Marker):
+    seq: int
+    stream: int
+    name: str
+    options: str = ""
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("super_kernel_end")
+class SuperKernelEnd(Marker):
+    seq: int
+    stream: int
+    name: Optional[str]
+    options: str = ""
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("super_kernel_optimize")
+class SuperKernelOptimize(Marker):
+    seq: int
+    optimize: str
+    debug: str
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("task_group_begin")
+class TaskGroupBegin(Marker):
+    seq: int
+    stream: int
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("task_group_end")
+class TaskGroupEnd(Marker):
+    seq: int
+    stream: int
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("task_update_begin")
+class TaskUpdateBegin(Marker):
+    seq: int
+    stream: int
+    task_group: object = None
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("task_update_end")
+class TaskUpdateEnd(Marker):
+    seq: int
+    stream: int
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("graph_outputs")
+class GraphOutputs(Marker):
+    """A graph call returned handles onto its static outputs (``spans``)."""
+
+    seq: int
+    stream: int
+    call: GraphCall
+    spans: tuple
+    site: Site = UNKNOWN_SITE
+
+
+@_marker("graph_output_read")
+class GraphOutputRead(Marker):
+    """A task is about to use a handle onto ``call``'s output (just before that task)."""
+
+    seq: int
+    stream: int
+    call: GraphCall
+    span: Span
     site: Site = UNKNOWN_SITE
 
 
 class ReinplaceVerdict(NamedTuple):
-    """``Marker("reinplace").detail``: what TorchAir's reinplace passes decided for one graph node."""
+    """``Reinplace.verdict``: what TorchAir's reinplace passes decided for one graph node."""
 
     graph: str                  # "graph_1"
     node: str
@@ -208,6 +410,16 @@ class ReinplaceVerdict(NamedTuple):
     switch: str                 # its ``debug.aclgraph`` switch
     streams: tuple              # distinct stream labels of the mutated tensor's users
     users: tuple                # (user node name, its stream label, its Site or None) per user
+
+
+@_marker("reinplace")
+class Reinplace(Marker):
+    """What TorchAir's reinplace passes decided for one graph node."""
+
+    seq: int
+    verdict: ReinplaceVerdict
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
 
 
 Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStream, Marker]

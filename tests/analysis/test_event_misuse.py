@@ -53,7 +53,7 @@ def test_repeated_wait_at_one_line_is_one_report():
 # ---------------------------------------------------------------- (b) capture joins
 def capture(join: bool, fork: bool = True) -> Build:
     b = Build("capture", "side")
-    b.marker("capture_begin", "capture")
+    b.marker(T.CaptureBegin, "capture")
     b.kernel("capture")
     if fork:
         b.wait_stream("side", "capture")
@@ -61,7 +61,7 @@ def capture(join: bool, fork: bool = True) -> Build:
     if join:
         b.wait_stream("capture", "side")
     b.kernel("capture")
-    b.marker("capture_end", "capture", line=50)
+    b.marker(T.CaptureEnd, "capture", line=50)
     return b
 
 
@@ -83,9 +83,9 @@ def test_unforked_unjoined_side_work_is_reported():
 def test_capture_without_side_streams_is_silent():
     b = Build("capture", "side")
     b.kernel("side")
-    b.marker("capture_begin", "capture")
+    b.marker(T.CaptureBegin, "capture")
     b.kernel("capture")
-    b.marker("capture_end", "capture")
+    b.marker(T.CaptureEnd, "capture")
     b.kernel("side")
     assert found(b) == []
 
@@ -93,16 +93,16 @@ def test_capture_without_side_streams_is_silent():
 def test_other_device_work_during_capture_is_not_part_of_it():
     b = Build("capture")
     b.stream("far", device=1)
-    b.marker("capture_begin", "capture")
+    b.marker(T.CaptureBegin, "capture")
     b.kernel("far")
     b.kernel("capture")
-    b.marker("capture_end", "capture")
+    b.marker(T.CaptureEnd, "capture")
     assert found(b) == []
 
 
 def test_side_work_joined_through_an_event_chain_is_silent():
     b = Build("capture", "a", "b")
-    b.marker("capture_begin", "capture")
+    b.marker(T.CaptureBegin, "capture")
     b.wait_stream("a", "capture")
     b.kernel("a")
     b.record("ea", "a")
@@ -110,7 +110,7 @@ def test_side_work_joined_through_an_event_chain_is_silent():
     b.kernel("b")
     b.record("eb", "b")
     b.wait("eb", "capture")
-    b.marker("capture_end", "capture")
+    b.marker(T.CaptureEnd, "capture")
     assert found(b) == []
 
 
@@ -174,7 +174,7 @@ def test_external_event_reset_restarts_the_count():
     b.event("ext", external=True)
     b.record("ext", "s0")
     b.wait("ext", "s1")
-    b.trace.append(T.Marker(b.trace.next_seq, "event_reset", b.sids["s0"], (b.eids["ext"],)))
+    b.marker(T.EventReset, "s0", event=b.eids["ext"])
     b.wait("ext", "s2")   # belongs to the next record
     b.record("ext", "s0")
     assert found(b) == []

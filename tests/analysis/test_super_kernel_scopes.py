@@ -17,7 +17,8 @@ def two_ranks():
 
 
 def scope(b, what, stream):
-    return b._add(T.Marker, what, b.sids[stream], detail=("decode", ""))
+    kind = {"super_kernel_begin": T.SuperKernelBegin, "super_kernel_end": T.SuperKernelEnd}[what]
+    return b.marker(kind, stream, name="decode", options="")
 
 
 def test_scope_on_one_device_does_not_cover_another_devices_kernels():

@@ -112,8 +112,17 @@ class Build:
         return self._add(T.HostSync, what, device, self.sids[stream] if stream else None,
                          self.event(event) if event else None, line=line)
 
-    def marker(self, what: str, stream=None, line=None) -> int:
-        return self._add(T.Marker, what, self.sids[stream] if stream else None, line=line)
+    def marker(self, kind: type, stream=None, line=None, **fields) -> int:
+        """A marker record of type ``kind``; a capture marker gets a graph (and pool) by default."""
+        if kind in (T.CaptureBegin, T.CaptureEnd, T.CaptureAbort):
+            fields.setdefault("graph", T.GraphCall("NPUGraph#1"))
+        if kind is T.CaptureBegin:
+            fields.setdefault("pool", "(1, 0)")
+        if stream:
+            fields["stream"] = self.sids[stream]
+        seq = self.trace.next_seq
+        self.trace.append(kind(seq=seq, site=self.site(line), **fields))
+        return seq
 
 
 def dump(trace: T.Trace) -> str:

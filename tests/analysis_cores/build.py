@@ -5,8 +5,8 @@ streams, ops with their core profiles, limits, events, collectives) without torc
 """
 from __future__ import annotations
 
-from pytest_npugraph.trace import (EventInfo, EventRecord, EventWait, HostSync, Kernel, Marker,
-                                   OpCores, Site, StreamInfo, Trace)
+from pytest_npugraph.trace import (DeviceCores, EventInfo, EventRecord, EventWait, HostSync, Kernel, Marker,
+                                   OpCores, Site, StreamInfo, StreamLimit, Trace)
 
 
 class Builder:
@@ -16,13 +16,13 @@ class Builder:
         self.trace = Trace()
         self.limits: dict = {}     # sid -> [cube, vector] in force (0 = none)
         for device in range(devices):
-            self.marker("device", detail=(device, cube, vector))
+            self.marker(DeviceCores, device=device, cube=cube, vector=vector)
 
     def site(self, line=None) -> Site:
         return Site("model.py", self.trace.next_seq + 1 if line is None else line)
 
-    def marker(self, what: str, stream=None, detail=()) -> Marker:
-        rec = Marker(self.trace.next_seq, what, stream, tuple(detail), self.site())
+    def marker(self, kind: type, **fields) -> Marker:
+        rec = kind(seq=self.trace.next_seq, site=self.site(), **fields)
         self.trace.append(rec)
         return rec
 
@@ -38,7 +38,7 @@ class Builder:
         for i, value in enumerate((cube, vector)):
             if value != -1:
                 self.limits[sid][i] = value
-        return self.marker("stream_limit", stream=sid, detail=(cube, vector))
+        return self.marker(StreamLimit, stream=sid, cube=cube, vector=vector)
 
     def kernel(self, sid: int, op: str, *, vector: int = 0, cube: int = 0, resident: bool = False,
                kind: str = "AIV", limit_applies: bool = True, collective=None, line=None) -> Kernel:

@@ -8,7 +8,7 @@ Exponential: only for the small scenarios hypothesis generates.
 """
 from __future__ import annotations
 
-from pytest_npugraph.trace import EventRecord, EventWait, HostSync, Kernel, Marker
+from pytest_npugraph.trace import DeviceCores, EventRecord, EventWait, HostSync, Kernel
 
 
 class Oracle:
@@ -20,8 +20,8 @@ class Oracle:
         self.before: dict = {}          # host index -> host indices that must complete first
         latest, syncs = {}, []
         for index, rec in enumerate(trace.records):
-            if isinstance(rec, Marker) and rec.what == "device":
-                self.pools[rec.detail[0]] = rec.detail[1:]
+            if isinstance(rec, DeviceCores):
+                self.pools[rec.device] = (rec.cube, rec.vector)
             elif isinstance(rec, HostSync):
                 syncs.append((index, rec.device))
             elif isinstance(rec, (Kernel, EventRecord, EventWait)):

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import cores
 
 from .build import Builder, seed
@@ -42,7 +43,7 @@ def test_stream_limit_inside_range_is_silent(cube, vector):
 
 def test_device_limit_out_of_range_and_zero_on_a_chip_without_vector_cores():
     b = Builder(devices=2)
-    b.marker("device_limit", detail=(1, 30, -1))
+    b.marker(T.DeviceLimit, device=1, cube=30, vector=-1)
     assert re.search(r"set_device_limit\(1, cube_num=30\).*\[1, 24\]", one(b.trace, "core-limit").message)
     b = Builder(cube=20, vector=0)
     b.limit(b.stream(), 8, 0)

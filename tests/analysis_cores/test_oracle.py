@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import deadlock, taskgraph
 
 from .build import Builder
@@ -34,7 +35,7 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
     for device in range(devices):
         cube, vector, count = shared if spmd else (
             draw(st.integers(0, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4)))
-        b.marker("device", detail=(device, cube, vector))
+        b.marker(T.DeviceCores, device=device, cube=cube, vector=vector)
         streams.append([b.stream(device) for _ in range(count)])
     programs: list = [[] for _ in range(devices)]   # per device: calls, in its issue order
     seqs: Counter = Counter()

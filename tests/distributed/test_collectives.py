@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import torch_npu
-from pytest_npugraph.trace import Kernel, Marker
+from pytest_npugraph.trace import DeviceCores, GroupCreated, Kernel
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning"),
               pytest.mark.filterwarnings("ignore:barrier\\(\\). using the device:UserWarning")]
@@ -190,7 +190,7 @@ def test_new_group_and_subgroups_reduce_only_among_members(npugraph):
     assert [r[:4] for r in results] == [(2.0, 1.0, 0.0, 0), (1.0, 1.0, 0.0, 1), (2.0, 5.0, 3.0, 0),
                                         (3.0, 5.0, 3.0, 1)]
     assert results[0][4] == results[1][4] != results[2][4] == results[3][4]
-    groups = {r.detail[0]: r.detail[1] for r in npugraph.trace.records if isinstance(r, Marker) and r.what == "group"}
+    groups = {r.group: r.devices for r in npugraph.trace.records if isinstance(r, GroupCreated)}
     assert groups[results[0][4]] == (0, 1) and groups[results[2][4]] == (2, 3)
     assert len(groups) == 4     # world, evens, new_subgroups' {0, 1} and {2, 3}
 
@@ -256,7 +256,7 @@ def test_each_rank_records_its_collectives_on_its_current_stream_keyed_by_group_
         assert k.site.path.endswith("test_collectives.py")
     all_reduce = next(k for k in ops if k.op == "hccl::all_reduce")
     assert all_reduce.reads and all_reduce.writes == all_reduce.reads
-    devices = [r.detail for r in trace.records if isinstance(r, Marker) and r.what == "device"]
+    devices = [(r.device, r.cube, r.vector) for r in trace.records if isinstance(r, DeviceCores)]
     assert devices == [(0, npugraph.cube_cores, npugraph.vector_cores), (1, npugraph.cube_cores, npugraph.vector_cores)]
 
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import torch_npu  # noqa: F401
+from pytest_npugraph import trace as T
 from pytest_npugraph.runtime.collectives import CollectiveError
 
 pytestmark = pytest.mark.npu_devices(2)
@@ -171,7 +172,7 @@ def test_process_group_state_is_gone_after_run_ranks(npugraph):
         torch._C._distributed_c10d._resolve_process_group("0")
     # a second run in the same test starts from scratch, under distinct communicator names
     assert npugraph.run_ranks(fn) == [True, True]
-    groups = [r.detail[0] for r in npugraph.trace.records if getattr(r, "what", None) == "group"]
+    groups = [r.group for r in npugraph.trace.records if isinstance(r, T.GroupCreated)]
     assert groups == ["hccl/0", "hccl/1", "hccl/0@2", "hccl/1@2"]
 
 

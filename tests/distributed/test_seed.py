@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import torch_npu
-from pytest_npugraph.trace import Kernel, Marker
+from pytest_npugraph.trace import DeviceCores, GroupCreated, Kernel
 
 pytestmark = [pytest.mark.npu_devices(2), pytest.mark.npu_chip("Ascend910B1"),
               pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning")]
@@ -77,9 +77,9 @@ def test_seed_trace_holds_what_the_deadlock_analysis_needs(npugraph, seed_profil
     with npugraph.expect("deadlock"), npugraph.expect("core-limit"):
         check_results(npugraph.run_ranks(seed_rank))
     trace = npugraph.trace
-    devices = [r.detail for r in trace.records if isinstance(r, Marker) and r.what == "device"]
+    devices = [(r.device, r.cube, r.vector) for r in trace.records if isinstance(r, DeviceCores)]
     assert devices == [(0, npugraph.cube_cores, 48), (1, npugraph.cube_cores, 48)]
-    groups = {r.detail for r in trace.records if isinstance(r, Marker) and r.what == "group"}
+    groups = {(r.group, r.devices) for r in trace.records if isinstance(r, GroupCreated)}
     assert groups == {("hccl/0", (0, 1)), ("hccl/1", (0, 1)), ("hccl/2", (0, 1))}
     for device in (0, 1):
         ops = [k for k in trace.records if isinstance(k, Kernel) and trace.streams[k.stream].device == device and

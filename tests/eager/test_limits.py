@@ -81,8 +81,8 @@ def test_limits_in_force_reach_the_trace(npugraph):
         torch.ones(4, device="npu")
     kernel = [r for r in npugraph.trace.records if isinstance(r, T.Kernel)][-1]
     assert (kernel.cube_limit, kernel.vector_limit) == (8, 16)
-    markers = [r.what for r in npugraph.trace.records if isinstance(r, T.Marker)]
-    assert markers.count("stream_limit") == 2                         # one per value set
+    markers = [type(r) for r in npugraph.trace.records if isinstance(r, T.Marker)]
+    assert markers.count(T.StreamLimit) == 2                         # one per value set
 
 
 # ------------------------------------------------------------------ device limits

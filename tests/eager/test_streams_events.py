@@ -346,7 +346,7 @@ def test_external_event(npugraph):
     e.record()
     e.reset()
     e.record(s)
-    resets = [r for r in npugraph.trace.records if isinstance(r, T.Marker) and r.what == "event_reset"]
+    resets = records(npugraph, T.EventReset)
     assert len(resets) == 1 and resets[0].stream == sid(npugraph, torch.npu.default_stream())
     assert [r.stream for r in records(npugraph, T.EventRecord)] == [sid(npugraph, torch.npu.default_stream()),
                                                                      sid(npugraph, s)]

@@ -35,7 +35,7 @@ def kernels(npugraph, op=None, graph=None):
     for k in records(npugraph, T.Kernel):
         if op is not None and op not in k.op:
             continue
-        if graph == "" and k.graph is not None or graph and (k.graph is None or graph not in k.graph):
+        if graph == "" and k.graph is not None or graph and (k.graph is None or graph not in str(k.graph)):
             continue
         found.append(k)
     return found

@@ -285,7 +285,7 @@ def test_force_eager_with_multi_stream(npugraph):
 
 # ------------------------------------------------------------------------------ pools
 def _capture_pools(npugraph):
-    return [m.detail[1] for m in records(npugraph, T.Marker) if m.what == "capture_begin" and "[" in m.detail[0]]
+    return [m.pool for m in records(npugraph, T.CaptureBegin) if m.graph.key is not None]
 
 
 @pytest.mark.parametrize("custom", [False, True])
@@ -359,8 +359,8 @@ def test_clone_output_disabled_outputs_are_the_static_buffers(npugraph):
     graph_writes = {s for k in kernels(npugraph, graph="#replay") for s in k.writes}
     assert any(s.lo == out1.data_ptr() for s in graph_writes)
     # each call's outputs are named in the trace (for the output-overwrite analysis)
-    calls = [m.detail for m in records(npugraph, T.Marker) if m.what == "graph_outputs"]
-    assert [(key, replay, spans[0].lo) for _, key, replay, spans in calls] == \
+    calls = records(npugraph, T.GraphOutputs)
+    assert [(m.call.key, m.call.replay, m.spans[0].lo) for m in calls] == \
         [("no_updated_input", 1, out1.data_ptr()), ("no_updated_input", 2, out1.data_ptr())]
 
 
@@ -391,4 +391,4 @@ def test_one_capture_per_graph_key_and_replays_reuse_it(npugraph):
         assert compiled(torch.ones(n, 4, device="npu")).cpu().tolist() == [float(n)] * 4
     (record,) = npugraph.graphs
     assert (record.keys, record.captures, record.replays) == (["[2, 4]", "[3, 4]"], 2, 5)   # the shapes
-    assert len([m for m in records(npugraph, T.Marker) if m.what == "capture_begin"]) == 3   # + the pool's init
+    assert len(records(npugraph, T.CaptureBegin)) == 3   # + the pool's init

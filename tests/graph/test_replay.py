@@ -39,8 +39,8 @@ def test_capture_executes_nothing_and_replay_recomputes_over_static_buffers(npug
     assert static_out.cpu().tolist() == [5.0] * 4 and cache.cpu().tolist() == [8.0] * 4
     assert static_out.data_ptr() == ptr                # the output lives at a fixed address
     # the trace: shadow tasks between the capture markers, real tasks per replay on the replay stream
-    markers = [m for m in records(npugraph, T.Marker) if m.what.startswith("capture_")]
-    assert [m.what for m in markers] == ["capture_begin", "capture_end"]
+    markers = [m for m in records(npugraph, T.Marker) if isinstance(m, (T.CaptureBegin, T.CaptureEnd, T.CaptureAbort))]
+    assert [type(m) for m in markers] == [T.CaptureBegin, T.CaptureEnd]
     assert markers[0].stream == markers[1].stream
     shadow = kernels(npugraph, graph="#capture")
     assert [k.op for k in shadow] == ["aten::mul.Tensor", "aten::add.Tensor", "aten::add_.Tensor"]
@@ -213,7 +213,8 @@ def test_make_graphed_callables(npugraph):
 def test_super_kernel_scope_ops_eagerly(npugraph):
     torch.npu.super_kernel_scope_begin("sk")
     torch.npu.super_kernel_scope_end("sk")
-    assert [m.detail for m in records(npugraph, T.Marker) if m.what.startswith("super_kernel")] == [("sk",), ("sk",)]
+    assert [(type(m), m.name) for m in records(npugraph, (T.SuperKernelBegin, T.SuperKernelEnd))] == \
+        [(T.SuperKernelBegin, "sk"), (T.SuperKernelEnd, "sk")]
     with pytest.raises(RuntimeError) as info:
         torch.npu.super_kernel_scope_end("")
     assert info.value.args[0] == "scope_name should be None or a non-empty string."

@@ -21,7 +21,7 @@ def hazards(npugraph):
 
 
 def verdicts(npugraph):
-    return [r.detail.verdict for r in npugraph.trace.records if getattr(r, "what", None) == "reinplace"]
+    return [r.verdict.verdict for r in npugraph.trace.records if isinstance(r, T.Reinplace)]
 
 
 def ops_run(npugraph):
@@ -226,8 +226,8 @@ def test_input_mutated_pass_folds_the_copy_epilogue(npugraph):
     assert x.cpu().tolist() == [2.0] * 4 and out.cpu().tolist() == [4.0] * 4
     targets = graph_targets(npugraph)
     assert "aten.add_.Tensor" in targets and "aten.copy_.default" not in targets
-    assert [(v.detail.verdict, v.detail.pass_name) for v in npugraph.trace.records
-            if getattr(v, "what", None) == "reinplace"] == [("applied", "input-mutated")]
+    assert [(v.verdict.verdict, v.verdict.pass_name) for v in npugraph.trace.records
+            if isinstance(v, T.Reinplace)] == [("applied", "input-mutated")]
     npugraph.assert_clean()
 
 
@@ -279,8 +279,8 @@ class OwnInplaceThroughView(torch.nn.Module):
 def test_users_own_inplace_folded_by_the_input_mutated_pass_stays_a_race(npugraph):
     with npugraph.expect("race", match=r"aten::add_\.Tensor"):
         run(OwnInplaceThroughView())
-    assert [(v.detail.verdict, v.detail.pass_name) for v in npugraph.trace.records
-            if getattr(v, "what", None) == "reinplace"] == [("applied", "input-mutated")]
+    assert [(v.verdict.verdict, v.verdict.pass_name) for v in npugraph.trace.records
+            if isinstance(v, T.Reinplace)] == [("applied", "input-mutated")]
     assert hazards(npugraph) == []
 
 
@@ -309,8 +309,8 @@ def test_multi_inplace_op_on_graph_inputs_is_reinplaced_by_the_input_mutated_pas
     torch.testing.assert_close(x2.cpu(), x)
     targets = graph_targets(npugraph)
     assert "npu.npu_add_rms_norm_v2.default" in targets and "aten.copy_.default" not in targets
-    assert [(v.detail.verdict, v.detail.pass_name, v.detail.inplace_op) for v in npugraph.trace.records
-            if getattr(v, "what", None) == "reinplace"] == [("applied", "input-mutated", "npu::npu_add_rms_norm_v2")]
+    assert [(v.verdict.verdict, v.verdict.pass_name, v.verdict.inplace_op) for v in npugraph.trace.records
+            if isinstance(v, T.Reinplace)] == [("applied", "input-mutated", "npu::npu_add_rms_norm_v2")]
     npugraph.assert_clean()
 
 

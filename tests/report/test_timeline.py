@@ -4,6 +4,7 @@ import json
 
 from pytest_npugraph.hazard import Hazard
 from pytest_npugraph.report.timeline import chrome_trace, write
+from pytest_npugraph import trace as T
 from pytest_npugraph.trace import OpCores
 
 from analysis.tracebuild import Build
@@ -79,7 +80,7 @@ def test_host_syncs_and_markers_are_instants_and_the_device_marker_is_not():
     b = Build("main")
     b.kernel("main")
     b.sync("device")
-    b.marker("capture_begin", stream="main")
+    b.marker(T.CaptureBegin, stream="main")
     data = chrome_trace(b.trace)
     assert [(e["name"], e["s"]) for e in events_of(data, "i")] == [("sync device", "p"), ("capture_begin", "t")]
 

@@ -11,12 +11,12 @@ ops of 20 on a 48-core pool are caught), on both pools, with the limits taken in
 
 Records the runtime emits for this module
 -----------------------------------------
-* ``Marker(seq, what="device", detail=(device, cube_max, vector_max))``: once per device at
+* ``DeviceCores(seq, device, cube, vector)``: once per device at
   the start of the trace (see taskgraph.py; 24/48 is assumed without it).
-* ``Marker(seq, what="stream_limit", stream=sid, detail=(cube, vector), site=...)``: each
+* ``StreamLimit(seq, stream, cube, vector, site)``: each
   ``set_stream_limit(stream, cube_num, vector_num)`` call, and each limit a
   ``limit_core_num(aicore, vector)`` scope puts on a stream; -1 = unchanged, as torch_npu.
-* ``Marker(seq, what="device_limit", detail=(device, cube, vector), site=...)``: each
+* ``DeviceLimit(seq, device, cube, vector, site)``: each
   ``set_device_limit(device, cube_num, vector_num)``; -1 = unchanged.
 * ``Kernel.cube_limit`` / ``vector_limit``: the limit in force on the issuing stream (its own,
   else the device's), 0 when the user set none; ``Kernel.cores`` its profile.
@@ -44,7 +44,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..hazard import Hazard
-from ..trace import Marker, Trace
+from ..trace import DeviceLimit, StreamLimit, Trace
 from . import taskgraph
 from .taskgraph import TYPE_NAMES, TYPES, RangeMax, Task, TaskGraph
 
@@ -69,15 +69,15 @@ def out_of_range(graph: TaskGraph) -> list:
     limits kernels ran under that no marker explains."""
     trace, hazards, seen = graph.trace, [], set()
     for rec in trace.records:
-        if not isinstance(rec, Marker) or rec.what not in ("stream_limit", "device_limit"):
-            continue
-        if rec.what == "stream_limit":
+        if isinstance(rec, StreamLimit):
             info, target = trace.streams.get(rec.stream), taskgraph.stream_name(trace, rec.stream)
-            device, values, streams = (info.device if info else 0), rec.detail, [target]
+            device, values, streams = (info.device if info else 0), (rec.cube, rec.vector), [target]
             call = f"set_stream_limit({target}, {{}})"
-        else:
-            device, values, streams = rec.detail[0], rec.detail[1:], []
+        elif isinstance(rec, DeviceLimit):
+            device, values, streams = rec.device, (rec.cube, rec.vector), []
             call = f"set_device_limit({device}, {{}})"
+        else:
+            continue
         pool = graph.pools.get(device, taskgraph.DEFAULT_POOL)
         for k in TYPES:
             value = values[k]

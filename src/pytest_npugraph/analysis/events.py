@@ -6,15 +6,15 @@ Sub-rules, each silent on correct code:
     ``event.synchronize()`` on an event with no earlier ``EventRecord``.  Both are no-ops,
     so whatever the user meant to order is not.  ``ExternalEvent`` is exempt: its wait may
     legitimately precede the record.
-(b) side stream not joined before capture ends: between ``Marker("capture_begin", S)`` and
-    ``Marker("capture_end", S)``, every other stream of S's device that got work must have
+(b) side stream not joined before capture ends: between ``CaptureBegin`` and
+    ``CaptureEnd`` on stream S, every other stream of S's device that got work must have
     that work ordered before S's last task of the capture (S waited for it); otherwise
     the graph ends with unjoined work (CUDA's "capture unjoined" error; torchair joins its own
     scopes, so this is user streams/events).
 (c) cross-device record: an event recorded on a stream of another device than its earlier
     records (an event belongs to the device of its first record).
 (d) ``ExternalEvent`` waited twice for one record (counted from its latest record or
-    ``reset()``, ``Marker("event_reset", detail=(eid,))``): the runtime rejects a second wait
+    ``reset()``, ``EventReset``): the runtime rejects a second wait
     ("A single record operation cannot be associated with multiple wait operations").
 (e) tag reused: two tagged events with the same tag (tags are process-unique in torchair).
 
@@ -23,7 +23,7 @@ One report per (sub-rule, event or stream, call site).
 from __future__ import annotations
 
 from ..hazard import Hazard
-from ..trace import EventRecord, EventWait, HostSync, Kernel, Marker
+from ..trace import CaptureBegin, CaptureEnd, EventRecord, EventReset, EventWait, HostSync, Kernel
 from . import describe, happens_before
 
 KIND = "event-misuse"
@@ -53,14 +53,13 @@ def find(trace, cache: dict | None = None) -> list:
         elif cls is HostSync:
             if rec.what == "event" and rec.event is not None and rec.event not in record_device:
                 _never_recorded(trace, found, rec, "synchronizes")
-        elif cls is Marker and rec.what == "event_reset" and rec.detail:
-            waits[rec.detail[0]] = 0   # the next wait belongs to the next record
-        elif cls is Marker and rec.stream is not None:
-            if rec.what == "capture_begin":
-                captures[rec.stream] = _Capture(rec)
-            elif rec.what == "capture_end" and rec.stream in captures:
-                hb = hb or happens_before.of(trace, cache)
-                _check_join(trace, found, hb, captures.pop(rec.stream), rec)
+        elif cls is EventReset:
+            waits[rec.event] = 0   # the next wait belongs to the next record
+        elif cls is CaptureBegin:
+            captures[rec.stream] = _Capture(rec)
+        elif cls is CaptureEnd and rec.stream in captures:
+            hb = hb or happens_before.of(trace, cache)
+            _check_join(trace, found, hb, captures.pop(rec.stream), rec)
     _check_tags(trace, found)
     return list(found.values())
 

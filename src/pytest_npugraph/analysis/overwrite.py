@@ -2,9 +2,8 @@
 
 A replayed graph (reduce-overhead/npugraph_ex, ``make_graphed_callables``) writes its outputs to
 fixed addresses of its memory pool, so each call returns handles onto the same static buffers.  The
-trace names each call's outputs (``Marker("graph_outputs", detail=(name, key, replay, spans))``) and
-each later use of one of its handles (``Marker("graph_output_read", detail=((name, key, replay),
-span))``).  A use is stale when, between the call and the use, a replayed task (``Kernel.graph`` set:
+trace names each call's outputs (``GraphOutputs(call, spans)``, ``call`` a ``GraphCall``) and
+each later use of one of its handles (``GraphOutputRead(call, span)``).  A use is stale when, between the call and the use, a replayed task (``Kernel.graph`` set:
 the same key again, another key of the same FX graph, another graph sharing the pool) wrote bytes of
 that output: the code reads the newer call's values (torch's CUDA graph trees raise "accessing tensor
 output of CUDAGraphs that has been overwritten by a subsequent run" in that case; TorchAir does not).
@@ -22,7 +21,7 @@ and when each output is consumed before the next call (the vLLM pattern).  One p
 from __future__ import annotations
 
 from ..hazard import Hazard
-from ..trace import Alloc, Free, Kernel, Marker
+from ..trace import Alloc, Free, GraphOutputRead, GraphOutputs, Kernel
 from . import describe
 
 KIND = "output-overwrite"
@@ -40,7 +39,7 @@ def find(trace) -> list:
                 writer = pool.clobbered.get(span.block)
                 if writer is not None and any(w.overlaps(span) for w in writer.writes):
                     _report_pool(trace, found, span.block, writer, rec)
-            if rec.graph is not None and "#replay" in rec.graph and rec.writes:
+            if rec.graph is not None and not rec.graph.capture and rec.writes:
                 pool.replayed(rec)
                 if fresh:
                     fresh = _overwrite(rec, fresh, calls)
@@ -48,21 +47,18 @@ def find(trace) -> list:
                 pool.clobbered.pop(span.block, None)      # the owner rewrote it
         elif cls is Alloc or cls is Free:
             pool.track(rec, cls is Alloc)
-        elif cls is Marker:
-            if rec.what == "graph_outputs":
-                call = rec.detail[:3]
-                entries = [[s, None] for s in rec.detail[3]]
-                calls[call] = (rec, entries)
-                fresh.extend((entry, call) for entry in entries)
-                pool.tagged.update(s.block for s in rec.detail[3])
-            elif rec.what == "graph_output_read":
-                call, span = rec.detail
-                if call not in calls:
-                    continue
-                producer, entries = calls[call]
-                hit = next((e[1] for e in entries if e[1] is not None and e[0].overlaps(span)), None)
-                if hit is not None:
-                    _report(trace, found, producer, hit, rec)
+        elif cls is GraphOutputs:
+            entries = [[s, None] for s in rec.spans]
+            calls[rec.call] = (rec, entries)
+            fresh.extend((entry, rec.call) for entry in entries)
+            pool.tagged.update(s.block for s in rec.spans)
+        elif cls is GraphOutputRead:
+            if rec.call not in calls:
+                continue
+            producer, entries = calls[rec.call]
+            hit = next((e[1] for e in entries if e[1] is not None and e[0].overlaps(rec.span)), None)
+            if hit is not None:
+                _report(trace, found, producer, hit, rec)
     return list(found.values())
 
 
@@ -104,32 +100,28 @@ def _overwrite(kernel, fresh, calls) -> list:
     return left
 
 
-def _label(name, key) -> str:
-    return name if key is None else f"{name}[{key}]"
-
-
 def _overwriting_call(trace, kernel):
     """The ``graph_outputs`` marker of the call whose replay ran ``kernel`` (None: a bare
     ``NPUGraph.replay``, which names no outputs)."""
-    label = kernel.graph.rsplit("#replay", 1)[0]
+    label = kernel.graph.label
     for rec in trace.records[kernel.seq + 1:]:
-        if type(rec) is Marker and rec.what == "graph_outputs" and _label(*rec.detail[:2]) == label:
+        if type(rec) is GraphOutputs and rec.call.label == label:
             return rec
     return None
 
 
 def _report(trace, found, producer, kernel, read) -> None:
-    name, key, replay = producer.detail[:3]
+    key, replay = producer.call.key, producer.call.replay
     later = _overwriting_call(trace, kernel)
     over = later if later is not None else kernel
     key_of = (describe.site(producer), describe.site(over), describe.site(read))
     if key_of in found:
         return
-    what = _label(name, key)
+    what = producer.call.label
     if later is not None:
-        by = f"the call at {describe.site(later)} (replay {later.detail[2]} of {_label(*later.detail[:2])})"
+        by = f"the call at {describe.site(later)} (replay {later.call.replay} of {later.call.label})"
     else:
-        by = f"a replay of {kernel.graph.rsplit('#replay', 1)[0]} ({kernel.op} captured at {describe.site(kernel)})"
+        by = f"a replay of {kernel.graph.label} ({kernel.op} captured at {describe.site(kernel)})"
     compiled = key is not None
     fix = ("set config.debug.aclgraph.enable_output_clone = True, " if compiled else "") + (
         f".clone() the output you keep at {describe.site(producer)}, or consume it (sample, copy to the host) "
@@ -145,7 +137,7 @@ def _report(trace, found, producer, kernel, read) -> None:
 
 
 def _report_pool(trace, found, bid, writer, read) -> None:
-    graph = writer.graph.rsplit("#replay", 1)[0]
+    graph = writer.graph.label
     key_of = (str(trace.blocks[bid].site), describe.site(writer), describe.site(read))
     if key_of in found:
         return

@@ -21,7 +21,7 @@ so there is no hazard; otherwise (also for graph-pool memory) it is a plain race
 
 A race between another stream's read and a write by an in-place op that TorchAir's
 reinplace-inplaceable-ops pass made out of a functional op on an intermediate tensor (a
-``Marker("reinplace")`` with verdict "applied", matched by graph, line and op) is classified
+``Reinplace`` marker with verdict "applied", matched by graph, line and op) is classified
 ``reinplace-conflict`` (the ``reinplace`` module reports it): the compiler moved that write onto
 memory the other stream reads.  Writes of the input-mutated pass stay races: mutating the graph
 input was the user's own doing.
@@ -35,7 +35,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import Free, Kernel, Marker, RecordStream, Span
+from ..trace import Free, Kernel, RecordStream, Reinplace, Span
 from . import describe, happens_before
 
 
@@ -174,18 +174,18 @@ def conflicts(trace, cache: dict | None = None) -> list:
 
 
 def reinplaced(trace) -> dict:
-    """(graph name, site, in-place op) -> the ``Marker("reinplace")`` of each intermediate tensor
+    """(graph name, site, in-place op) -> the ``Reinplace`` marker of each intermediate tensor
     TorchAir's reinplace pass updates in place."""
-    return {(rec.detail.graph, rec.site, rec.detail.inplace_op): rec for rec in trace.records
-            if type(rec) is Marker and rec.what == "reinplace" and rec.detail.pass_name == "inplaceable"
-            and rec.detail.verdict == "applied"}
+    return {(rec.verdict.graph, rec.site, rec.verdict.inplace_op): rec for rec in trace.records
+            if type(rec) is Reinplace and rec.verdict.pass_name == "inplaceable"
+            and rec.verdict.verdict == "applied"}
 
 
 def reinplace_of(reinplaced: dict, kernel: Kernel):
     """The reinplace marker behind ``kernel`` (a replayed in-place op TorchAir made), else None."""
     if not reinplaced or kernel.graph is None:
         return None
-    return reinplaced.get((kernel.graph.split("[", 1)[0], kernel.site, kernel.op))
+    return reinplaced.get((kernel.graph.name, kernel.site, kernel.op))
 
 
 def _scan(trace, hb) -> list:

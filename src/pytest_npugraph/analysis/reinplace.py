@@ -1,6 +1,6 @@
 """``reinplace-conflict``: what TorchAir's reinplace passes do to a multi-stream graph.
 
-The reduce-overhead compiler records one ``Marker("reinplace", detail=ReinplaceVerdict)`` per
+The reduce-overhead compiler records one ``Reinplace`` marker (its ``verdict`` a ``ReinplaceVerdict``) per
 candidate (``compiler/reinplace.py``) and, where the pass applies, runs the in-place op.
 
 * **error**: an applied reinplace (inplaceable-ops pass) whose in-place write races with another
@@ -16,7 +16,7 @@ The user's own in-place ops on a tensor another stream reads are plain races (``
 from __future__ import annotations
 
 from ..hazard import Hazard
-from ..trace import Marker
+from ..trace import Reinplace
 from . import describe, races
 
 KIND = "reinplace-conflict"
@@ -34,7 +34,7 @@ def _conflicts(trace, cache) -> list:
         if c.kind != KIND:
             continue
         write, read = (c.earlier, c.later) if c.earlier_writes else (c.later, c.earlier)
-        v = races.reinplace_of(ops, write).detail
+        v = races.reinplace_of(ops, write).verdict
         message = (
             f"TorchAir's reinplace {v.pass_name} pass turned {v.op} (node {v.node} of {v.graph}) at "
             f"{describe.site(write)} into {v.inplace_op}, which now writes {races.memory(trace, c)} in place on "
@@ -54,9 +54,9 @@ def _conflicts(trace, cache) -> list:
 def _vetoes(trace) -> list:
     found: dict = {}
     for rec in trace.records:
-        if type(rec) is not Marker or rec.what != "reinplace" or rec.detail.verdict != "vetoed":
+        if type(rec) is not Reinplace or rec.verdict.verdict != "vetoed":
             continue
-        v = rec.detail
+        v = rec.verdict
         if (v.graph, v.node) in found:
             continue
         sites = [str(site) for _, _, site in v.users if site is not None]

@@ -12,7 +12,7 @@ sub-kernels run on several streams without the ``stream-fusion=1`` option (docs:
 Nested scopes of different names are accepted by TorchAir (pairing is by name; the innermost scope
 wins), so they are not reported.
 
-Scopes are the ``Marker("super_kernel_begin"/"super_kernel_end", stream, detail=(name, options))``
+Scopes are the ``SuperKernelBegin``/``SuperKernelEnd(stream, name, options)``
 records: GE mode writes them around each run of ops of one ``torchair.scope.super_kernel`` name,
 ``torch.npu.super_kernel_scope_begin/end`` where they are called (captured graphs repeat them on
 each replay).  A kernel belongs to the innermost scope open on its device (ranks of
@@ -21,7 +21,7 @@ each replay).  A kernel belongs to the innermost scope open on its device (ranks
 from __future__ import annotations
 
 from ..hazard import Hazard
-from ..trace import Kernel, Marker
+from ..trace import Kernel, SuperKernelBegin, SuperKernelEnd
 from . import describe
 
 KIND = "super-kernel"
@@ -36,7 +36,7 @@ class _Open:
 
     def __init__(self, begin):
         self.begin = begin
-        self.name, self.options = (tuple(begin.detail) + (None, ""))[:2]
+        self.name, self.options = begin.name, begin.options or ""
         self.last: dict = {}    # stream -> the scope's latest sub-kernel on it
         self.first: dict = {}   # stream -> the scope's first sub-kernel on it
 
@@ -50,22 +50,21 @@ def find(trace) -> list:
         return open_by_device.setdefault(info.device if info is not None else None, [])
 
     for rec in trace.records:
-        if type(rec) is Marker:
+        if type(rec) is SuperKernelBegin:
+            scopes_of(rec).append(_Open(rec))
+        elif type(rec) is SuperKernelEnd:
             scopes = scopes_of(rec)
-            if rec.what == "super_kernel_begin":
-                scopes.append(_Open(rec))
-            elif rec.what == "super_kernel_end":
-                name = rec.detail[0] if rec.detail else None
-                scope = next((s for s in reversed(scopes) if s.name == name), None)
-                if scope is None:
-                    _add(found, trace, [rec], [], f"super_kernel_scope_end({name!r}) at {describe.site(rec)} has no "
-                         f"open super_kernel_scope_begin({name!r}) before it: begin and end must be called in pairs "
-                         f"with the same scope name (compiled graphs raise 'No matching torch.npu.super_kernel_scope_"
-                         f"begin found'). Fix: call super_kernel_scope_begin({name!r}) first, or remove the end.")
-                else:
-                    scopes.remove(scope)
-                    _streams(found, trace, scope)
-        elif type(rec) is Kernel and not (rec.graph or "").endswith("#capture"):
+            name = rec.name
+            scope = next((s for s in reversed(scopes) if s.name == name), None)
+            if scope is None:
+                _add(found, trace, [rec], [], f"super_kernel_scope_end({name!r}) at {describe.site(rec)} has no "
+                     f"open super_kernel_scope_begin({name!r}) before it: begin and end must be called in pairs "
+                     f"with the same scope name (compiled graphs raise 'No matching torch.npu.super_kernel_scope_"
+                     f"begin found'). Fix: call super_kernel_scope_begin({name!r}) first, or remove the end.")
+            else:
+                scopes.remove(scope)
+                _streams(found, trace, scope)
+        elif type(rec) is Kernel and not (rec.graph is not None and rec.graph.capture):
             scopes = scopes_of(rec)
             if not scopes:
                 if rec.cores.early_start:

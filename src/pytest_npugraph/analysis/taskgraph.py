@@ -8,10 +8,10 @@ both read one model.  Plain data, no torch.
 
 Record conventions read here (the runtime emits them)
 -----------------------------------------------------
-* ``Marker(seq, what="device", detail=(device, cube_max, vector_max))``: once per device,
+* ``DeviceCores(seq, device, cube, vector)``: once per device,
   before its first task; the physical AI Core (cube) and Vector Core counts.  A device
   without one gets ``DEFAULT_POOL`` (24 cube / 48 vector, the 910B/A3 figures the docs use).
-* ``Marker(seq, what="group", detail=(group, devices))``: optional; the devices taking part
+* ``GroupCreated(seq, group, devices)``: optional; the devices taking part
   in collective group ``group``.  Without it, a group's members are the devices that
   issued any collective of it.
 * ``Kernel.cores`` says what the op asks for, ``Kernel.cube_limit``/``vector_limit`` the
@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ..trace import EventRecord, EventWait, HostSync, Kernel, Marker, Trace
+from ..trace import DeviceCores, EventRecord, EventWait, GroupCreated, HostSync, Kernel, Trace
 
 CUBE, VECTOR = 0, 1
 TYPES = (CUBE, VECTOR)              # the two core pools of a device
@@ -273,13 +273,11 @@ def build(trace: Trace) -> TaskGraph:
                                  if lanes and g.lane_device[ln] == rec.device)
 
     for rec in trace.records:  # pools first: a kernel's blocks depend on them
-        if isinstance(rec, Marker) and rec.what == "device":
-            device, cube, vector = rec.detail
-            g.pools[device] = (cube, vector)
+        if isinstance(rec, DeviceCores):
+            g.pools[rec.device] = (rec.cube, rec.vector)
     for rec in trace.records:
-        if isinstance(rec, Marker) and rec.what == "group":
-            group, devices = rec.detail
-            declared[group] = frozenset(devices)
+        if isinstance(rec, GroupCreated):
+            declared[rec.group] = frozenset(rec.devices)
         elif isinstance(rec, Kernel):
             add(rec, ())
         elif isinstance(rec, EventRecord):

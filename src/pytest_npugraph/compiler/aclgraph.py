@@ -27,6 +27,7 @@ from typing import Any, Optional
 import torch
 from torch._dynamo.utils import counters
 
+from .. import trace as T
 from ..runtime import graphs as _graphs
 from ..runtime.callsite import caller_of_compiled, user_site
 from ..runtime.runtime import current
@@ -255,7 +256,7 @@ class AclConcreteGraph:
         limits = torch.npu.get_stream_limit(torch.npu.current_stream())
         meta.cube, meta.vector = limits["cube_core_num"], limits["vector_core_num"]
         torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
-        meta.graph._label = f"{self.name}[{key}]"
+        meta.graph._graph_id = T.GraphCall(self.name, key)
         inputs = list(args)
         with torch.npu.graph(meta.graph, pool=self.pool, stream=self.stream):
             for i in self.user_inputs.values():
@@ -311,7 +312,7 @@ class AclConcreteGraph:
             outputs = [t.clone() if isinstance(t, torch.Tensor) and j not in aliased else t
                        for j, t in enumerate(outputs)]
         else:   # this call's handles onto the static buffers (not outputs that are the user's inputs)
-            call = (self.name, meta.key, self.record.replays)
+            call = T.GraphCall(self.name, meta.key, self.record.replays)
             for j, t in enumerate(outputs):
                 if isinstance(t, NpuTensor) and j not in aliased:
                     t._graph_call = call

@@ -3,29 +3,30 @@ graph is recorded by the runtime as it runs): reinplace verdicts, the outputs a 
 GE's SuperKernel scopes, and the input copy-in task of a replay."""
 from __future__ import annotations
 
+from .. import trace as T
 from ..runtime import profiles
 from ..runtime.runtime import current
 from . import fxgraph
 
 
 def reinplace_verdicts(verdicts) -> None:
-    """One ``reinplace`` marker per ``(node, ReinplaceVerdict)`` in the running test's trace."""
+    """One ``Reinplace`` marker per ``(node, ReinplaceVerdict)`` in the running test's trace."""
     rt = current()
     for node, verdict in verdicts:
-        rt.marker("reinplace", detail=verdict, site=fxgraph.node_site(node))
+        rt.marker(T.Reinplace, verdict=verdict, site=fxgraph.node_site(node))
 
 
 def graph_outputs(rt, stream, graph: str, key: str, call: int, spans: tuple, site) -> None:
     """The outputs a replay handed out (read by the ``output-overwrite`` analysis)."""
-    rt.marker("graph_outputs", stream, detail=(graph, key, call, spans), site=site)
+    rt.marker(T.GraphOutputs, stream, call=T.GraphCall(graph, key, call), spans=spans, site=site)
 
 
 def super_kernel_begin(rt, stream, scope) -> None:
-    rt.marker("super_kernel_begin", stream, detail=scope)
+    rt.marker(T.SuperKernelBegin, stream, name=scope[0], options=scope[1])
 
 
 def super_kernel_end(rt, stream, scope) -> None:
-    rt.marker("super_kernel_end", stream, detail=scope)
+    rt.marker(T.SuperKernelEnd, stream, name=scope[0], options=scope[1])
 
 
 def copy_inputs(rt, stream, reads: list, writes: list, site) -> None:

@@ -11,7 +11,7 @@ What the emulation keeps of GE (reference torchair_api.md §1.3, §7.1, §7.4):
   ``b``'s producer; ``torchair.ops.record/wait`` become the same kind of edge;
 * ``limit_core_num`` is per op (the kernel's limits), ``ge_config.aicore_num`` ("A|V") per graph;
 * ``super_kernel(name, options)``: consecutive ops of one scope name form a SuperKernel, recorded as
-  ``Marker("super_kernel_begin"/"super_kernel_end", stream, detail=(name, options))`` around them
+  ``SuperKernelBegin``/``SuperKernelEnd`` markers around them
   (read by the ``super-kernel`` analysis); an op that cannot be fused (an AICPU or ATB kernel, a
   collective other than AllReduce, ReduceScatter, AllGather and AlltoAll: its op profile says which)
   closes the SuperKernel, runs on its own, and the next op of the scope opens a new one (§7.8);

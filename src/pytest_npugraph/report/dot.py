@@ -153,14 +153,14 @@ def replay_graph(trace: T.Trace, label: str = None, seqs: range = None) -> nx.Di
 def _slice_tasks(trace: T.Trace, label, seqs) -> list:
     device_tasks = (T.Kernel, T.EventRecord, T.EventWait)
     if seqs is None:
-        hits = [r.seq for r in trace.records if isinstance(r, T.Kernel) and r.graph and label in r.graph]
+        hits = [r.seq for r in trace.records if isinstance(r, T.Kernel) and r.graph and label in str(r.graph)]
         if not hits:
             raise KeyError(f"no kernel of the trace belongs to a graph labelled like {label!r}")
         seqs = range(hits[0], hits[-1] + 1)
     streams = {r.stream for r in trace.records[seqs.start:seqs.stop] if isinstance(r, T.Kernel)
-               and (label is None or (r.graph and label in r.graph))}
+               and (label is None or (r.graph and label in str(r.graph)))}
     return [r for r in trace.records[seqs.start:seqs.stop] if isinstance(r, device_tasks) and r.stream in streams
-            and (not isinstance(r, T.Kernel) or label is None or (r.graph and label in r.graph))]
+            and (not isinstance(r, T.Kernel) or label is None or (r.graph and label in str(r.graph)))]
 
 
 # ------------------------------------------------------------------------------ DOT

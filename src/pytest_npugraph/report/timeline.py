@@ -14,7 +14,7 @@ from collections import defaultdict
 from .. import trace as T
 from .schedule import schedule
 
-HOST_MARKERS = ("device",)      # markers not worth a mark on the timeline
+HOST_MARKERS = (T.DeviceCores,)      # markers not worth a mark on the timeline
 COLLECTIVE_IDS = 1 << 40        # flow ids of collectives, apart from event flows (record seqs)
 DEVICE_TASKS = (T.Kernel, T.EventRecord, T.EventWait)
 
@@ -47,9 +47,9 @@ def chrome_trace(trace: T.Trace, hazards=(), status=None, max_tasks=None) -> dic
                                **_at(trace, r.stream, slot)})
         elif isinstance(r, T.HostSync):
             events.append(_instant(trace, slot, r.device, f"sync {r.what}", "sync", {"where": str(r.site)}))
-        elif isinstance(r, T.Marker) and r.what not in HOST_MARKERS:
+        elif isinstance(r, T.Marker) and not isinstance(r, HOST_MARKERS):
             events.append(_instant(trace, slot, 0, r.what, "marker",
-                                   {"where": str(r.site), "detail": [str(d) for d in r.detail]}))
+                                   {"where": str(r.site), "detail": [str(d) for d in r.facts().values()]}))
         elif isinstance(r, T.RecordStream):
             events.append(_instant(trace, slot, 0, "record_stream", "memory",
                                    {"where": str(r.site), "allocated at": _alloc_site(trace, r.block)}))
@@ -102,7 +102,7 @@ def _at(trace: T.Trace, sid: int, slot) -> dict:
 def _slice(trace: T.Trace, k: T.Kernel, slot) -> dict:
     args = {"op": k.op, "where": str(k.site), "kind": k.cores.kind, "cube": k.cores.cube, "vector": k.cores.vector,
             "all_resident": k.cores.all_resident, "limit_applies": k.cores.limit_applies,
-            "cube_limit": k.cube_limit, "vector_limit": k.vector_limit, "graph": k.graph, "seq": k.seq,
+            "cube_limit": k.cube_limit, "vector_limit": k.vector_limit, "graph": None if k.graph is None else str(k.graph), "seq": k.seq,
             "read_bytes": sum(s.hi - s.lo for s in k.reads), "written_bytes": sum(s.hi - s.lo for s in k.writes)}
     if k.collective is not None:
         args["collective"] = f"{k.collective[0]}#{k.collective[1]}"

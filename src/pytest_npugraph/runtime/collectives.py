@@ -28,8 +28,8 @@ call to a ``Job`` (one per ``run_ranks`` call), which:
    recorded activity, or the process group's own ``timeout`` when shorter).
 
 Trace conventions (read by analysis/taskgraph.py, cores.py, deadlock.py): the runtime's
-``Marker("device", detail=(device, cube_max, vector_max))`` per device; one
-``Marker("group", detail=(communicator, devices))`` when a communicator is created; each
+``DeviceCores`` per device; one
+``GroupCreated`` when a communicator is created; each
 rank's kernels in its program order on their streams; collectives keyed as above.  The
 communicator name is also what ``get_hccl_comm_name`` returns, hence the MC2 ``group_ep``.
 """
@@ -109,12 +109,12 @@ class Pending:
         return [t for r, t in enumerate(self.comm.members) if r not in self.calls]
 
 
-_tls = threading.local()
-
-
 def binding():
     """``(job, rank)`` of the calling thread: its run_ranks rank, or None outside run_ranks."""
-    return getattr(_tls, "binding", None)
+    from .runtime import peek
+
+    rt = peek()
+    return None if rt is None else rt.thread().rank
 
 
 # ---------------------------------------------------------------------------------- job
@@ -149,7 +149,7 @@ class Job:
             if comm is None:
                 comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout)
                 devices = tuple(sorted(set(comm.members)))
-                self.runtime.marker("group", detail=(name, devices), site=user_site(4))
+                self.runtime.marker(T.GroupCreated, group=name, devices=devices, site=user_site(4))
             elif comm.members != tuple(members):
                 raise self._fail(CollectiveError(
                     f"rank {rank} created process group {torch_name!r} with ranks {list(members)}, but "
@@ -334,7 +334,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
     outcomes = [_Outcome() for _ in range(size)]
 
     def main(rank: int) -> None:
-        _tls.binding = (job, rank)
+        runtime.thread().rank = (job, rank)
         runtime.set_current_device(rank)
         failed = False
         try:
@@ -348,7 +348,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
             outcomes[rank].error, outcomes[rank].when = exc, time.monotonic()
         finally:
             job.finish(rank, failed)
-            _tls.binding = None
+            runtime.thread().rank = None
 
     threads = [threading.Thread(target=main, args=(rank,), name=f"npugraph-rank-{rank}", daemon=True)
                for rank in range(size)]

@@ -18,6 +18,7 @@ class Device:
         self.cube_limit = None             # set_device_limit; None = the whole chip
         self.vector_limit = None
         self.initialized = False           # activated in this process (torch_npu lazy init)
+        self.profiles: dict = {}           # op name -> OpCores (profiles.resolve's cache, per test)
         self.default_stream = self._stream(DEFAULT_ID, "default")
 
     @property

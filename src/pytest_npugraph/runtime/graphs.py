@@ -8,8 +8,8 @@ waiting on an event recorded in it) is *recorded, not executed*:
   capture-time output payloads, which are the graph's static buffers) and a task template (stream,
   spans, cores, the core limits in force at capture, the user's line);
 * event records/waits become task templates too;
-* the trace gets *shadow* records at capture time (tasks without memory or cores, ``graph=
-  "<label>#capture"``) between ``Marker("capture_begin")`` and ``Marker("capture_end")``, so the
+* the trace gets *shadow* records at capture time (tasks without memory or cores, ``graph=`` the
+  graph's ``GraphCall`` with ``replay=0``) between ``CaptureBegin`` and ``CaptureEnd``, so the
   event-misuse analysis can check that side streams were joined before the capture ended;
 * the CPU computes during capture (outputs get shapes and values), but memory that existed before
   the capture and was written by it is restored at the end: a real capture executes nothing.
@@ -20,6 +20,8 @@ records with ``graph=`` set, on the replay stream (for the capture stream) and t
 streams.  All analysis of the graph's structure happens once, at capture; a replay only appends.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -81,11 +83,11 @@ def replay_step(func, args, kwargs, out):
 class Capture:
     """Work being captured on ``stream`` into ``pool`` (see the module docstring)."""
 
-    def __init__(self, rt, stream, pool, label: str, site=None):
+    def __init__(self, rt, stream, pool, graph: T.GraphCall, site=None):
         self.rt = rt
         self.stream = stream
         self.pool = pool
-        self.label = label
+        self.graph = graph                   # the graph's identity (replay 0: the capture)
         self.first_id = rt.new_block_id()   # blocks with a higher id were allocated by the capture
         self.streams = [stream]
         self.steps: list = []
@@ -96,7 +98,7 @@ class Capture:
         self.updatable: tuple = ()           # op names whose arguments NPUGraph.update may patch
         self.updated: list = []              # indices of their replay steps
         stream.capture = self
-        rt.marker("capture_begin", stream, detail=(label, str(pool)), site=site)
+        rt.marker(T.CaptureBegin, stream, graph=graph, pool=str(pool), site=site)
 
     # ------------------------------------------------------------ hooks (tensor/runtime)
     def preserve(self, written) -> None:
@@ -121,7 +123,7 @@ class Capture:
             if self.updatable and op.split("::")[-1].split(".")[0] in self.updatable:
                 self.updated.append(len(self.steps))
             self.steps.append(replay_step(*replay))
-        rt._kernel_now(stream, op, (), (), NO_CORES, site, f"{self.label}#capture", None)
+        rt._kernel_now(stream, op, (), (), NO_CORES, site, self.graph, None)
 
     def record(self, event, stream, site) -> None:
         self.tasks.append(("r", stream, event, site))
@@ -129,10 +131,10 @@ class Capture:
         self.events.append(event)
         self.rt._record_now(event, stream, site)
 
-    def mark(self, what: str, stream, detail: tuple) -> None:
-        """A ``Marker`` that is part of the graph (a SuperKernel scope): recorded now and on each replay."""
-        self.rt.marker(what, stream, detail)
-        self.tasks.append(("m", stream, what, detail, self.rt.trace.records[-1].site))
+    def mark(self, kind: type, stream, **fields) -> None:
+        """A marker that is part of the graph (a SuperKernel scope): recorded now and on each replay."""
+        self.rt.marker(kind, stream, **fields)
+        self.tasks.append(("m", stream, kind, fields, self.rt.trace.records[-1].site))
 
     def wait(self, event, stream, site) -> None:
         if stream.capture is None:          # waiting on a captured event joins the capture
@@ -152,7 +154,7 @@ class Capture:
             s.capture = None
         for e in self.events:
             e.capture = None
-        self.rt.marker("capture_abort" if aborted else "capture_end", self.stream, detail=(self.label,), site=site)
+        self.rt.marker(T.CaptureAbort if aborted else T.CaptureEnd, self.stream, graph=self.graph, site=site)
         return CapturedGraph(self)
 
 
@@ -160,13 +162,13 @@ class CapturedGraph:
     """A finished capture: replayable steps and task templates."""
 
     def __init__(self, capture: Capture):
-        self.label = capture.label
+        self.graph = capture.graph
         self.pool = capture.pool
         self.origin = capture.stream
         self.steps = capture.steps
         self.tasks = capture.tasks
         self.streams = capture.streams
-        self.generation = capture.rt.generation    # the test (runtime) whose streams and events it uses
+        self.runtime = weakref.ref(capture.rt)    # the test (runtime) whose streams and events it uses
         self.replays = 0
 
     def kernels(self) -> list:
@@ -182,7 +184,11 @@ class CapturedGraph:
                     if d is not None and d is not r:
                         d.copy_(r)
 
-    def emit(self, rt, stream, graph: str) -> None:
+    @property
+    def label(self) -> str:
+        return self.graph.label
+
+    def emit(self, rt, stream, graph: T.GraphCall) -> None:
         """Append the captured tasks to the trace, the capture stream mapped to ``stream``."""
         origin = self.origin
         records = rt.trace.records
@@ -200,14 +206,14 @@ class CapturedGraph:
                 elif kind == "r":
                     rt._record_now(task[2], s, task[3])
                 elif kind == "m":
-                    rt.marker(task[2], s, task[3], task[4])
+                    rt.marker(task[2], s, task[4], **task[3])
                 else:
                     rt._wait_now(task[2], s, task[3])
 
-    def replay(self, rt, stream, label=None) -> None:
+    def replay(self, rt, stream) -> None:
         self.replays += 1
         self.run()
-        self.emit(rt, stream, f"{label or self.label}#replay{self.replays}")
+        self.emit(rt, stream, self.graph.replayed(self.replays))
 
 
 # -------------------------------------------------------------------- pools

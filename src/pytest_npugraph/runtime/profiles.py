@@ -9,7 +9,6 @@ from .. import trace as T
 from .._context import CONTEXT
 
 COPY = T.OpCores(kind="AIV", vector=0, cube=0)   # DMA copies hold no AI cores
-_cache: dict = {}
 
 
 def _base_name(op: str) -> str:
@@ -47,17 +46,11 @@ def _lookup(name: str):
     return spec if spec is not None else catalog.ATEN_CORES.get(name)
 
 
-_generation = -1
-
-
 def resolve(op: str, device) -> T.OpCores:
-    """The op's profile on ``device`` (cached per test: hook answers may differ between tests)."""
-    global _generation
-    if _generation != CONTEXT.generation:
-        _cache.clear()
-        _generation = CONTEXT.generation
-    key = (op, device.cube_cores, device.vector_cores)
-    found = _cache.get(key)
+    """The op's profile on ``device`` (cached on the device, which lives for one test: hook answers
+    may differ between tests)."""
+    cache = device.profiles
+    found = cache.get(op)
     if found is None:
-        found = _cache[key] = to_cores(_lookup(_base_name(op)), device)
+        found = cache[op] = to_cores(_lookup(_base_name(op)), device)
     return found

@@ -15,6 +15,7 @@ from .. import trace as T
 from .._context import CONTEXT
 from .callsite import user_site
 from .device import Device
+from .stash import Stash, ThreadState
 from .streams import EventState, StreamState
 
 _ids = itertools.count(1)   # process-wide, so handles from an older test never collide
@@ -26,7 +27,8 @@ class Runtime:
         self.generation = generation
         self.trace = T.Trace()
         self.lock = threading.RLock()
-        self._local = threading.local()
+        self._threads = threading.local()     # .state: this thread's ThreadState in this test
+        self.stash = Stash()                  # per-test state of long-lived objects (stash.py)
         self.stream_marks: dict = {}     # sid -> seq of the latest record issued on it
         self.host_known: dict = {}       # sid -> mark the host knows completed
         self.freed_ranges: dict = {}     # device -> sorted list of (lo, hi, bid) of freed blocks
@@ -35,7 +37,7 @@ class Runtime:
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
         for d in self.devices:
-            self.marker("device", detail=(d.index, d.cube_cores, d.vector_cores))
+            self.marker(T.DeviceCores, device=d.index, cube=d.cube_cores, vector=d.vector_cores)
 
     # ------------------------------------------------------------------ identities
     def new_block_id(self) -> int:
@@ -53,6 +55,14 @@ class Runtime:
         return state
 
     # ------------------------------------------------------ current device/stream
+    def thread(self) -> ThreadState:
+        """The calling host thread's state in this test."""
+        try:
+            return self._threads.state
+        except AttributeError:
+            state = self._threads.state = ThreadState()
+            return state
+
     def device(self, index: Optional[int] = None) -> Device:
         if index is None:
             index = self.current_device()
@@ -83,26 +93,22 @@ class Runtime:
 
     def local_device(self) -> int:
         """The calling thread's device, -1 when it never set one (``_npu_getLocalDevice``)."""
-        return self.current_device() if getattr(self._local, "device", None) is not None else -1
+        device = self.thread().device
+        return -1 if device is None else device
 
     def current_device(self) -> int:
-        return getattr(self._local, "device", 0)
+        device = self.thread().device
+        return 0 if device is None else device
 
     def set_current_device(self, index: int) -> None:
-        self._local.device = index
-
-    def _current_streams(self) -> dict:
-        streams = getattr(self._local, "streams", None)
-        if streams is None:
-            streams = self._local.streams = {}
-        return streams
+        self.thread().device = index
 
     def current_stream(self, device: Optional[int] = None) -> StreamState:
         d = self.device(device)
-        return self._current_streams().get(d.index, d.default_stream)
+        return self.thread().streams.get(d.index, d.default_stream)
 
     def set_current_stream(self, state: StreamState) -> None:
-        self._current_streams()[state.device] = state
+        self.thread().streams[state.device] = state
 
     # ------------------------------------------------------------------- recording
     def _append(self, record) -> None:
@@ -113,10 +119,10 @@ class Runtime:
 
     def site_hint(self):
         """The user's line for work issued on this thread's behalf (a compiled graph's node line)."""
-        return getattr(self._local, "site", None)
+        return self.thread().site
 
     def set_site_hint(self, site) -> None:
-        self._local.site = site
+        self.thread().site = site
 
     def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
                site=None, graph=None, collective=None) -> int:
@@ -182,11 +188,12 @@ class Runtime:
         if mark > self.host_known.get(sid, -1):
             self.host_known[sid] = mark
 
-    def marker(self, what: str, stream: Optional[StreamState] = None, detail=(), site=None) -> None:
-        detail = detail if isinstance(detail, tuple) else tuple(detail)   # a NamedTuple stays one
+    def marker(self, kind: type, stream: Optional[StreamState] = None, site=None, **fields) -> None:
+        """Append a marker record of type ``kind`` (a ``trace.Marker`` subclass) with ``fields``."""
         with self.lock:
-            self._append(T.Marker(self._seq(), what, stream.sid if stream else None, detail,
-                                  site or self.site_hint() or user_site(3)))
+            if stream is not None:
+                fields["stream"] = stream.sid
+            self._append(kind(seq=self._seq(), site=site or self.site_hint() or user_site(3), **fields))
 
     # ------------------------------------------------------------------ allocator
     def stream_mark(self, sid: int) -> int:

@@ -33,7 +33,7 @@ class NpuTensor(torch.Tensor):
 
     _payload: torch.Tensor
     _block: object
-    _graph_call = None   # (graph name, key, replay) when this handle is a graph call's output (see note_output_reads)
+    _graph_call = None   # the GraphCall when this handle is a graph call's output (see note_output_reads)
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, device_index: int, block=None):
@@ -390,13 +390,13 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
 
 def note_output_reads(rt, tensors, site) -> None:
     """Name each use of a graph call's output handle in the trace, just before the task using it:
-    ``Marker("graph_output_read", detail=((graph name, key, replay), span))``.  A replay returns
+    ``GraphOutputRead(call, span)``.  A replay returns
     handles onto the same static buffers every call, so only the handle tells which call's output a
     task reads (the output-overwrite analysis)."""
     for t in tensors:
         call = t._graph_call
         if call is not None and span(t) is not None:
-            rt.marker("graph_output_read", rt.current_stream(t.device.index), detail=(call, span(t)), site=site)
+            rt.marker(T.GraphOutputRead, rt.current_stream(t.device.index), call=call, span=span(t), site=site)
 
 
 def _inherit_graph_call(inputs, result) -> None:

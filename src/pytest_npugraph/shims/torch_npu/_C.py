@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from pytest_npugraph import trace as T
 from pytest_npugraph.runtime import runtime as _runtime
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
@@ -91,13 +92,15 @@ def _device_initialized(index: int, what: str):
 
 
 def _record_limit(rt, stream_or_device, what):
-    """Tell the trace the limits now in force (Marker detail = effective (cube, vector))."""
+    """Tell the trace the limits now in force (the effective cube, vector)."""
     if what == "device":
         d = stream_or_device
-        rt.marker("device_limit", detail=(d.index, *d.device_limits()))
+        cube, vector = d.device_limits()
+        rt.marker(T.DeviceLimit, device=d.index, cube=cube, vector=vector)
     else:
         s = stream_or_device
-        rt.marker("stream_limit", s, detail=rt.devices[s.device].stream_limits(s))
+        cube, vector = rt.devices[s.device].stream_limits(s)
+        rt.marker(T.StreamLimit, s, cube=cube, vector=vector)
 
 
 def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
@@ -328,8 +331,9 @@ class _NPUEventBase:
         if interprocess and enable_timing:
             raise RuntimeError("Parameter interprocess cannot be specified together with other parameters."
                                + pta_error(ErrCode.PARAM))
-        self._state = _rt().new_event(self._label, external=graph_external, enable_timing=enable_timing)
-        self._generation = _rt().generation
+        self._flags = (graph_external, enable_timing)
+        self._owner = None                   # the runtime (test) whose event self._state is
+        self._live()
 
     def __new__(cls, *args, **kwargs):
         return super().__new__(cls)
@@ -337,10 +341,10 @@ class _NPUEventBase:
     def _live(self):
         """The event's state in the running test (an event made by an earlier test starts over)."""
         rt = _rt()
-        if self._generation != rt.generation:
-            self._state = rt.new_event(self._label, external=self._state.external,
-                                       enable_timing=self._state.enable_timing)
-            self._generation = rt.generation
+        if self._owner is not rt:
+            external, timing = self._flags
+            self._state = rt.new_event(self._label, external=external, enable_timing=timing)
+            self._owner = rt
         return rt, self._state
 
     def _stream(self, stream):
@@ -373,7 +377,7 @@ class _NPUEventBase:
         if not state.external:
             raise RuntimeError("API reset() only support ACL_EVENT_EXTERNAL flag event." + pta_error(ErrCode.PARAM))
         s = self._stream(stream)
-        rt.marker("event_reset", s, detail=(state.eid,))
+        rt.marker(T.EventReset, s, event=state.eid)
         state.record_stream = None
         state.record_mark = -1
         state.waits_since_record = 0

@@ -13,6 +13,7 @@ import torch
 from torch.fx.node import has_side_effect
 
 import torch_npu
+from pytest_npugraph import trace as T
 from pytest_npugraph.runtime import graphs as _graphs
 from pytest_npugraph.runtime.callsite import user_site
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
@@ -54,21 +55,21 @@ class _NPUTaskGroupHandle:
 
 
 def graph_task_group_begin(stream) -> None:
-    _rt().marker("task_group_begin", _check_stream(stream))
+    _rt().marker(T.TaskGroupBegin, _check_stream(stream))
 
 
 def graph_task_group_end(stream):
     state = _check_stream(stream)
-    _rt().marker("task_group_end", state)
+    _rt().marker(T.TaskGroupEnd, state)
     return _NPUTaskGroupHandle(len(_rt().trace))
 
 
 def graph_task_update_begin(stream, handle) -> None:
-    _rt().marker("task_update_begin", _check_stream(stream), detail=(getattr(handle, "task_group", None),))
+    _rt().marker(T.TaskUpdateBegin, _check_stream(stream), task_group=getattr(handle, "task_group", None))
 
 
 def graph_task_update_end(stream) -> None:
-    _rt().marker("task_update_end", _check_stream(stream))
+    _rt().marker(T.TaskUpdateEnd, _check_stream(stream))
 
 
 # ------------------------------------------------------------------ SuperKernel scopes
@@ -90,14 +91,14 @@ def _scope_kernel(what: str):
         rt = _rt()
         stream = rt.current_stream()
         if stream.capture is not None:      # part of the graph: the scope is replayed with its kernels
-            stream.capture.mark(what, stream, (scope_name,))
+            stream.capture.mark(what, stream, name=scope_name)
         else:
-            rt.marker(what, stream, detail=(scope_name,))
+            rt.marker(what, stream, name=scope_name)
     return kernel
 
 
 _lib = torch.library.Library("npu", "FRAGMENT")
-for _name, _what in (("super_kernel_scope_begin", "super_kernel_begin"), ("super_kernel_scope_end", "super_kernel_end")):
+for _name, _what in (("super_kernel_scope_begin", T.SuperKernelBegin), ("super_kernel_scope_end", T.SuperKernelEnd)):
     if not hasattr(torch.ops.npu, _name):
         _lib.define(f"{_name}(str? scope_name=None) -> ()")
         for _key in ("PrivateUse1", "BackendSelect", "CPU"):
@@ -154,8 +155,8 @@ class NPUGraph:
         counter = rt.extensions.setdefault("graphs.npugraph_ids", [0])
         counter[0] += 1
         self._pool = tuple(pool) if pool is not None else _graphs.private_pool(rt)
-        label = getattr(self, "_label", None) or f"NPUGraph#{counter[0]}"
-        self._capture = _graphs.Capture(rt, stream, self._pool, label)
+        graph = getattr(self, "_graph_id", None) or T.GraphCall(f"NPUGraph#{counter[0]}")
+        self._capture = _graphs.Capture(rt, stream, self._pool, graph)
         self._capture.owner = self
         self._capture.updatable = _UPDATABLE if self.auto_dispatch_capture else ()
 
@@ -176,7 +177,7 @@ class NPUGraph:
         if self._graph is None:
             raise RuntimeError("Called NPUGraph::replay without a preceding successful capture.")
         rt = _rt()
-        if self._graph.generation != rt.generation:
+        if self._graph.runtime() is not rt:
             raise RuntimeError("pytest-npugraph: this NPUGraph was captured in another test; every test starts with "
                                "a fresh emulated device, so capture the graph in the test that replays it.")
         self._graph.replay(rt, rt.current_stream())
@@ -226,7 +227,7 @@ class NPUGraph:
         for name, options in (("optimize_options", optimize_options), ("debug_options", debug_options)):
             if options is not None and not isinstance(options, dict):
                 raise RuntimeError(f"{name} param must be dict or None.", pta_error(ErrCode.PARAM))
-        _rt().marker("super_kernel_optimize", detail=(repr(optimize_options), repr(debug_options)))
+        _rt().marker(T.SuperKernelOptimize, optimize=repr(optimize_options), debug=repr(debug_options))
 
     def enable_debug_mode(self):
         pass
@@ -239,15 +240,15 @@ class graph:
     """Context manager capturing NPU work into an ``NPUGraph`` (``pool=`` shares a memory pool;
     ``stream=`` is the capture stream, a shared internal side stream by default)."""
 
-    default_capture_stream: typing.Optional["torch.npu.Stream"] = None
-    _generation = None    # the test that made default_capture_stream (each test starts over)
+    default_capture_stream: typing.Optional["torch.npu.Stream"] = None   # the running test's (see __init__)
 
     def __init__(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
                  capture_error_mode: str = "global"):
         cls = self.__class__
-        if cls.default_capture_stream is None or cls._generation != _rt().generation:
-            cls.default_capture_stream = torch.npu.Stream()
-            cls._generation = _rt().generation
+        stash = _rt().stash
+        if stash.capture_stream is None:
+            stash.capture_stream = torch.npu.Stream()
+        cls.default_capture_stream = stash.capture_stream
         self.pool = () if pool is None else (pool,)
         self.capture_stream = stream if stream is not None else self.__class__.default_capture_stream
         if self.capture_stream is None:
@@ -331,11 +332,11 @@ def _graphed(g, static_inputs, static_outputs):
 
 def _name_call_outputs(g, outputs) -> None:
     """Tag this call's output handles and name them in the trace, as a compiled graph call does
-    (``Marker("graph_outputs", detail=(label, None, replay, spans))``, for the output-overwrite analysis)."""
+    (``GraphOutputs``, for the output-overwrite analysis)."""
     handles = [t for t in outputs if isinstance(t, NpuTensor)]
-    call = (g._graph.label, None, g._graph.replays)
+    call = g._graph.graph.replayed(g._graph.replays)
     for t in handles:
         t._graph_call = call
     rt = _rt()
-    rt.marker("graph_outputs", rt.current_stream(), detail=call + (tuple(span(t) for t in handles),),
+    rt.marker(T.GraphOutputs, rt.current_stream(), call=call, spans=tuple(span(t) for t in handles),
               site=user_site(3))

@@ -13,21 +13,21 @@ class _call_once_class:
         self.func = func
         self.__name__ = func.__name__
         self.__doc__ = func.__doc__
-        self.generation = None
+
+    def _calls(self) -> set:
+        from pytest_npugraph.runtime.runtime import current
+
+        return current().stash.called_once
 
     @property
     def called(self) -> bool:
-        from pytest_npugraph._context import CONTEXT
-
-        return self.generation == CONTEXT.generation
+        return self.func in self._calls()
 
     def __call__(self, *args, **kwargs):
-        from pytest_npugraph._context import CONTEXT
-
         if self.called:
             raise RuntimeError(
                 f"Function '{self.func.__name__}' has already been called, You can only set this interface once.")
-        self.generation = CONTEXT.generation
+        self._calls().add(self.func)
         return self.func(*args, **kwargs)
 
 

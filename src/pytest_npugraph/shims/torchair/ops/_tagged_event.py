@@ -12,7 +12,7 @@ from torch.fx.node import has_side_effect
 from torchair.core.utils import logger
 from torchair.scope._scope_attr import _npu_get_or_create_stream_with_tag
 from ._lib import lib
-from ._utils import TaggedEventBidict
+from ._utils import tagged_events
 
 try:
     import torch_npu  # noqa: F401
@@ -20,13 +20,12 @@ except ImportError as e:
     raise RuntimeError("Couldn't import torch_npu. While use tagged_event_record/wait/ api, import torch_npu is "
                        "necessary") from e
 
-_GLOBAL_TAG_TO_EVENT = TaggedEventBidict()
 _GLOBAL_LOCK = threading.Lock()
 
 
 def _get_event_by_tag(tag: str, created_inside: bool):
     if not created_inside:
-        return _GLOBAL_TAG_TO_EVENT.get(tag)
+        return tagged_events().get(tag)
     from pytest_npugraph.compiler.events import internal_event
 
     return internal_event(tag)
@@ -117,15 +116,13 @@ _define("tagged_stream_wait_stream(str stream_id, str device_index, str device_t
 
 
 def _npu_create_tagged_event(tag: str):
-    from pytest_npugraph._context import CONTEXT
-
     with _GLOBAL_LOCK:
-        _GLOBAL_TAG_TO_EVENT.start(CONTEXT.generation)
-        if tag in _GLOBAL_TAG_TO_EVENT.keys():
+        registry = tagged_events()
+        if tag in registry.keys():
             raise ValueError(f"tagged event tag {tag} is already in use")
         event = torch.npu.Event()
         _name_event(event, tag)
-        _GLOBAL_TAG_TO_EVENT[tag] = event
+        registry[tag] = event
         logger.debug("create tagged event with tag = [%s] successfully", tag)
         return event
 
@@ -140,7 +137,7 @@ def _name_event(event, tag: str) -> None:
 
 
 def _get_tag_by_event(event) -> str:
-    tag = _GLOBAL_TAG_TO_EVENT.get_reverse(event)
+    tag = tagged_events().get_reverse(event)
     if tag is None:
         raise ValueError(f"tagged event {event} is not in use")
     return tag

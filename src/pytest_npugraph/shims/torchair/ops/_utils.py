@@ -3,13 +3,12 @@ from __future__ import annotations
 
 
 class TaggedEventBidict:
-    """tag -> event, and id(event) -> tag.  Emptied when a new test creates its first tagged event,
-    so tags are unique per test (torchair: per process)."""
+    """tag -> event, and id(event) -> tag.  One per test (``tagged_events()``), so tags are unique
+    per test (torchair: per process)."""
 
     def __init__(self):
         self.global_tag_to_event = {}
         self.global_event_id_to_tag = {}
-        self.generation = None
 
     def __setitem__(self, tag, event):
         self.global_tag_to_event[tag] = event
@@ -24,8 +23,12 @@ class TaggedEventBidict:
     def get_reverse(self, event) -> str:
         return self.global_event_id_to_tag.get(id(event))
 
-    def start(self, generation) -> None:
-        if generation != self.generation:
-            self.global_tag_to_event.clear()
-            self.global_event_id_to_tag.clear()
-            self.generation = generation
+
+def tagged_events() -> TaggedEventBidict:
+    """The running test's registry."""
+    from pytest_npugraph.runtime.runtime import current
+
+    stash = current().stash
+    if stash.tag_events is None:
+        stash.tag_events = TaggedEventBidict()
+    return stash.tag_events
