@@ -26,8 +26,8 @@ checker; only the standalone npugraph_ex backend (``backend="npugraph_ex"``, not
 cross-stream users ordered by its own tagged events (``verify_cross_stream_event_protected``).
 
 Applied candidates are rewritten to the in-place op, so the emulated device writes where the real
-one does, and every candidate becomes ``Marker("reinplace",
-detail=trace.ReinplaceVerdict(...), site=<the op's line>)`` for ``analysis/reinplace.py``.
+one does, and every candidate becomes a ``Reinplace`` marker (``verdict=trace.ReinplaceVerdict(...)``,
+``site=<the op's line>``) for ``analysis/reinplace.py``.
 Not modelled: ``{view}_scatter`` folding.
 """
 from __future__ import annotations
