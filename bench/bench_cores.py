@@ -30,12 +30,13 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from analysis_cores.build import Builder, seed  # noqa: E402
 
 from pytest_npugraph.analysis import cores, deadlock  # noqa: E402
+from pytest_npugraph.trace import GroupCreated  # noqa: E402
 
 
 def pipeline(devices: int = 8, layers: int = 100, contended: bool = False, seed_layer: int = -1) -> Builder:
     b = Builder(devices=devices)
     for group in ("tp", "ep"):
-        b.marker("group", detail=(group, tuple(range(devices))))
+        b.marker(GroupCreated, group=group, devices=tuple(range(devices)))
     lanes = [[b.stream(d, name) for name in ("compute", "tp", "ep", "aux")] for d in range(devices)]
     for layer in range(layers):
         for compute, tp, ep, aux in lanes:
