@@ -1,4 +1,4 @@
-"""The catalog can be registered mechanically: schemas parse, impls accept them, profiles are sane.
+"""The family specs can be registered mechanically: schemas parse, impls accept them, profiles are sane.
 
 Every spec is defined in a throwaway ``npugraph_schema_test`` library (ops renamed with a ``t_``
 prefix so nothing clashes with a real or emulated ``npu`` namespace) and called through the
@@ -12,8 +12,11 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from pytest_npugraph.runtime.ops import catalog
-from pytest_npugraph.runtime.ops.catalog import ATEN_CORES, DEFAULT_ATEN_CORES, OPS, OPS_BY_NAME
+from pytest_npugraph.runtime.ops import registry, spec as op_spec
+from pytest_npugraph.runtime.ops.aten import ATEN_CORES, DEFAULT_ATEN_CORES
+
+OPS = registry.specs()
+OPS_BY_NAME = registry.by_name()
 
 NAMESPACE = "npugraph_schema_test"
 KINDS = {"AICore", "AIV", "AICPU", "ATB", "HCCL", "MC2"}
@@ -190,4 +193,4 @@ def test_aten_profiles():
         assert ATEN_CORES[name]["kind"] == "AICore" and ATEN_CORES[name]["cube"] == "all"
         assert not ATEN_CORES[name]["all_resident"]
     assert DEFAULT_ATEN_CORES["kind"] == "AIV" and DEFAULT_ATEN_CORES["vector"] == "all"
-    assert catalog.cores("AICPU", limit_applies=False)["limit_applies"] is False
+    assert op_spec.cores("AICPU", limit_applies=False)["limit_applies"] is False

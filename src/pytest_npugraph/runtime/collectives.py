@@ -12,7 +12,7 @@ call to a ``Job`` (one per ``run_ranks`` call), which:
    collectives on each rank, so the analyses pair the members of one collective across
    devices.  Cores come from the ``pytest_npugraph_op_profile`` hook (asked with the short
    name, e.g. ``"reduce_scatter"`` or ``"npu_moe_distribute_dispatch"``, on every call, so a
-   per-test answer is honoured), else the op catalog, else ``HCCL_PROFILE``: an AIV-mode
+   per-test answer is honoured), else the op specs, else ``HCCL_PROFILE``: an AIV-mode
    collective takes every vector core and holds them while it waits for its peers.
 2. rendezvous: the rank's host thread waits until every member of the communicator issued
    the same ``(communicator, seq)``; the last to arrive checks that all issued the same op
@@ -399,7 +399,7 @@ def _results(job: Job, outcomes: list) -> list:
 # ----------------------------------------------------------------------------- profile
 def op_cores(op: str, device) -> T.OpCores:
     """Cores of collective ``op`` ("hccl::all_reduce"): the users' hook (asked on every call),
-    else the custom-op catalog, else ``HCCL_PROFILE``."""
+    else the custom-op specs, else ``HCCL_PROFILE``."""
     name = op.split("::")[-1]
     spec = CONTEXT.op_profile(name)
     if spec is None:
@@ -620,12 +620,12 @@ def _barrier(calls):
 
 # ----------------------------------------------------------------------- MC2 (MoE EP)
 def _dispatch(calls):
-    """Expert-parallel dispatch across ranks (the multi-rank form of reference.py's
+    """Expert-parallel dispatch across ranks (the multi-rank form of ops/mc2.py's
     ``npu_moe_distribute_dispatch``): every rank plans its (token, k) rows locally
     (``_dispatch_plan``); rank d receives the rows for its experts d*L..(d+1)*L-1, laid out by
     (local expert, source rank, token order), and publishes the prefix sums of that layout as
     ``ep_recv_counts``, so combine can find row ``ep_send_counts[e_local*W + r - 1] + slot``."""
-    from .ops import reference as ref
+    from .ops import mc2 as ref
 
     w = len(calls)
     _agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
@@ -744,14 +744,14 @@ def install() -> None:
 
     The kernels sit on ``AutogradPrivateUse1``, above the NPU tensors' Python dispatch: with
     ``ep_world_size`` 1, fake tensors (tracing) or no ``run_ranks`` they re-dispatch to the
-    ordinary path (reference.py's single-rank math); otherwise ``_mc2`` exchanges the rows.
+    ordinary path (ops/mc2.py's single-rank math); otherwise ``_mc2`` exchanges the rows.
     """
     global _mc2_library
     if _mc2_library is not None:
         return
     import inspect
 
-    from .ops import reference as ref
+    from .ops import mc2 as ref
 
     _mc2_library = torch.library.Library("npu", "IMPL")
     for name in MC2_OPS:
@@ -811,7 +811,7 @@ def _mc2(name: str, a: dict):
 
 
 def _dispatch_outputs(p: dict, world: int) -> dict:
-    """Zeroed outputs of dispatch, shaped as reference.py's (rows past the received ones stay 0)."""
+    """Zeroed outputs of dispatch, shaped as ops/mc2.py's (rows past the received ones stay 0)."""
     if p["quant_mode"] not in (0, 2):
         raise NotImplementedError(f"npu_moe_distribute_dispatch: quant_mode={p['quant_mode']} is not emulated")
     n, h = p["x"].shape

@@ -1,7 +1,7 @@
 """Op profiles: what each op asks of a device's cores (kind, cube/vector blocks, residency).
 
 Sources, first match wins: the users' ``pytest_npugraph_op_profile`` hook, the custom-op
-catalog, the aten table of the catalog, then a default (vector op using every vector core).
+family specs (runtime/ops/registry), the aten table (ops/aten.py), then a default (vector op using every vector core).
 """
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ def _lookup(name: str):
     found = CONTEXT.op_profile(name)
     if found is not None:
         return found
-    from .ops import catalog, library
+    from .ops import aten, library
 
     spec = library.cores_of(name)
-    return spec if spec is not None else catalog.ATEN_CORES.get(name)
+    return spec if spec is not None else aten.ATEN_CORES.get(name)
 
 
 def resolve(op: str, device) -> T.OpCores:

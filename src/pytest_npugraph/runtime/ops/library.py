@@ -1,6 +1,6 @@
 """Register the torch_npu custom ops as ``torch.ops.npu.*`` with CPU reference kernels.
 
-Schemas come from the catalog (the real ones) and from users' ``pytest_npugraph_register_ops``
+Schemas come from the family modules' specs (the real ones, see ``registry``) and from users' ``pytest_npugraph_register_ops``
 hook.  Each op gets a CPU kernel (the reference math; on NPU tensors it runs through the
 NpuTensor dispatch, which records the task) and a Meta kernel (so torch.compile can trace it).
 
@@ -160,13 +160,13 @@ def _define(spec) -> None:
 
 
 def install() -> None:
-    """Define every catalog op and every op users register through the hook (once per process)."""
+    """Define every family op and every op users register through the hook (once per process)."""
     global _library
     if _library is None:
         _library = torch.library.Library(NAMESPACE, "DEF")
-    from . import catalog
+    from . import registry
 
-    specs = list(catalog.OPS)
+    specs = list(registry.specs())
     if CONTEXT.hook is not None:
         registry = OpRegistry()
         CONTEXT.hook.pytest_npugraph_register_ops(registry=registry)

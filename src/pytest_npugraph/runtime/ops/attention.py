@@ -1,0 +1,276 @@
+"""Attention and rotary embedding: npu_rotary_mul, npu_fused_infer_attention_score."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ._common import _check, _f32, _quant_round, _unsupported
+from .spec import OpSpec, mix, vector
+
+
+def npu_rotary_mul(self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half",
+                   rotate: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Rotary embedding ``r1*x + r2*x_new`` (r1 = cos, r2 = sin), x_new by mode or ``x @ rotate``."""
+    if rotary_mode not in ("half", "interleave"):
+        raise RuntimeError(f"npu_rotary_mul: rotary_mode only supports 'half' and 'interleave', but got {rotary_mode!r}")
+    if self.dim() != 4:
+        raise RuntimeError(f"npu_rotary_mul: input must be 4-D (BNSD, BSND or SBND), but got {self.dim()}-D")
+    x = self.to(torch.float32)
+    if rotate is not None:
+        x_new = x @ rotate.to(torch.float32)
+    elif rotary_mode == "half":
+        first, second = x.chunk(2, dim=-1)
+        x_new = torch.cat((-second, first), dim=-1)
+    else:
+        x_new = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return (r1.to(torch.float32) * x + r2.to(torch.float32) * x_new).to(self.dtype)
+
+
+# ----------------------------------------------------------------------------- attention
+# input_layout -> (query/key layout, attention_out layout, query rank); facts of torch_npu's meta kernel.
+_FIA_LAYOUTS = {
+    "BSH": ("BSH", "BSH", 3), "BSND": ("BSND", "BSND", 4), "BNSD": ("BNSD", "BNSD", 4),
+    "TND": ("TND", "TND", 3), "NTD": ("NTD", "NTD", 3), "BNSD_BSND": ("BNSD", "BSND", 4),
+    "BSH_BNSD": ("BSH", "BNSD", 3), "BSND_BNSD": ("BSND", "BNSD", 4), "NTD_TND": ("NTD", "TND", 3),
+    "BSH_NBSD": ("BSH", "NBSD", 3), "BSND_NBSD": ("BSND", "NBSD", 4), "BNSD_NBSD": ("BNSD", "NBSD", 4),
+    "TND_NTD": ("TND", "NTD", 3), "NSD": ("NSD", "NSD", 3),
+}
+_FIA = "npu_fused_infer_attention_score"
+_COMPRESSED_MASK = 2048
+
+
+def _bnsd(t: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
+    """A batch-major tensor in ``layout`` as (B, N, S, D)."""
+    if layout == "BSH":
+        return t.reshape(t.size(0), t.size(1), heads, t.size(2) // heads).transpose(1, 2)
+    if layout == "BSND":
+        return t.transpose(1, 2)
+    return t.unsqueeze(0) if layout == "NSD" else t
+
+
+def _from_bnsd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "BSH":
+        return t.transpose(1, 2).flatten(2)
+    if layout == "BSND":
+        return t.transpose(1, 2)
+    if layout == "NBSD":
+        return t.transpose(0, 1)
+    return t[0] if layout == "NSD" else t
+
+
+def _lengths(values, batch: int, full: int, what: str):
+    """Per-batch valid lengths: None -> full, one value -> broadcast, else the first ``batch``."""
+    if values is None:
+        return [full] * batch
+    values = [int(v) for v in values]
+    if len(values) == 1:
+        return values * batch
+    _check(len(values) >= batch, lambda: f"{_FIA}: {what} has {len(values)} entries for batch {batch}")
+    return values[:batch]
+
+
+def _segments(t: torch.Tensor, layout: str, cumulative, what: str):
+    """A token-major (TND/NTD) tensor split into per-batch (N, S_b, D) pieces by cumulative lengths."""
+    _check(cumulative is not None, lambda: f"{_FIA}: {what} must be given for layout {layout}")
+    tnd = t if layout == "TND" else t.transpose(0, 1)
+    ends = [int(v) for v in cumulative]
+    return [tnd[lo:hi].transpose(0, 1) for lo, hi in zip([0] + ends[:-1], ends)]
+
+
+def _paged(cache: torch.Tensor, block_table: torch.Tensor, lengths, kv_heads: int):
+    """Gather each batch's KV from a paged cache (blocks, block_size, H) or (blocks, N, block_size, D)."""
+    pieces = []
+    for b, length in enumerate(lengths):
+        block_size = cache.size(1) if cache.dim() == 3 else cache.size(2)
+        blocks = block_table[b, :(length + block_size - 1) // block_size].to(torch.int64)
+        if cache.dim() == 3:
+            seq = cache[blocks].reshape(-1, kv_heads, cache.size(2) // kv_heads).transpose(0, 1)
+        else:
+            seq = cache[blocks].transpose(0, 1).flatten(1, 2)
+        pieces.append(seq[:, :length])
+    return pieces
+
+
+def _user_mask(atten_mask: torch.Tensor, b: int, s_q: int, s_kv: int, batch: int) -> torch.Tensor:
+    """Batch b's slice of a full atten_mask as bool (1 or N, s_q, s_kv); True = masked out."""
+    m = atten_mask.to(torch.bool)
+    if m.dim() == 2:
+        m = m[b].reshape(1, 1, -1) if (s_q == 1 and m.size(0) == batch) else m.unsqueeze(0)
+    elif m.dim() == 3:
+        m = m[b if m.size(0) > 1 else 0].unsqueeze(0)
+    else:
+        m = m[b if m.size(0) > 1 else 0]
+    return m[..., :s_q, :s_kv]
+
+
+def _band(s_q: int, s_kv: int, shift: int, pre: int, nxt: int) -> torch.Tensor:
+    """True where key j is outside ``[i + shift - pre, i + shift + nxt]`` for query row i."""
+    rel = torch.arange(s_kv).unsqueeze(0) - torch.arange(s_q).unsqueeze(1) - shift
+    return (rel > nxt) | (rel < -pre)
+
+
+def _attention_mask(sparse_mode, atten_mask, b, s_q, s_kv, batch, pre_tokens, next_tokens, incremental):
+    """The boolean mask of one batch for sparse modes 0-4 (None = nothing masked)."""
+    if incremental or sparse_mode in (0, 1):
+        if atten_mask is None:
+            return None
+        mask = _user_mask(atten_mask, b, s_q, s_kv, batch)
+        if sparse_mode == 0 and not incremental:
+            mask = mask | _band(s_q, s_kv, 0, pre_tokens, next_tokens)
+        return mask
+    _check(atten_mask is not None and tuple(atten_mask.shape[-2:]) == (_COMPRESSED_MASK, _COMPRESSED_MASK),
+           lambda: f"{_FIA}: sparse_mode {sparse_mode} needs the compressed causal atten_mask of shape "
+                   f"(2048, 2048), (1, 2048, 2048) or (1, 1, 2048, 2048)")
+    if sparse_mode == 2:
+        return _band(s_q, s_kv, 0, s_kv, 0)
+    if sparse_mode == 3:
+        return _band(s_q, s_kv, s_kv - s_q, s_kv + s_q, 0)
+    return _band(s_q, s_kv, s_kv - s_q, pre_tokens, next_tokens)
+
+
+def _attend(q, k, v, scale, mask, pse):
+    """Softmax attention of one batch: q (N, Sq, D), k/v (N, Skv, D) already head-matched."""
+    scores = scale * (q @ k.transpose(-1, -2))
+    if pse is not None:
+        scores = scores + pse
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    dead = torch.isneginf(lse)
+    probs = torch.exp(scores - torch.where(dead, torch.zeros_like(lse), lse).unsqueeze(-1))
+    out = torch.where(dead.unsqueeze(-1), 0.0, probs @ v)
+    return out, torch.where(dead, torch.full_like(lse, float("inf")), lse)
+
+
+_FIA_UNMODELLED = ("dequant_scale1", "quant_scale1", "dequant_scale2", "antiquant_scale", "antiquant_offset",
+                   "key_antiquant_scale", "key_antiquant_offset", "value_antiquant_scale", "value_antiquant_offset",
+                   "query_padding_size", "kv_padding_size", "key_shared_prefix", "value_shared_prefix",
+                   "actual_shared_prefix_len", "key_rope_antiquant_scale")
+
+
+def npu_fused_infer_attention_score(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, pse_shift=None, atten_mask=None,
+        actual_seq_lengths=None, actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None,
+        dequant_scale2=None, quant_scale2=None, quant_offset2=None, antiquant_scale=None, antiquant_offset=None,
+        key_antiquant_scale=None, key_antiquant_offset=None, value_antiquant_scale=None,
+        value_antiquant_offset=None, block_table=None, query_padding_size=None, kv_padding_size=None,
+        key_shared_prefix=None, value_shared_prefix=None, actual_shared_prefix_len=None, query_rope=None,
+        key_rope=None, key_rope_antiquant_scale=None, num_heads: int = 1, scale: float = 1.0,
+        pre_tokens: int = 2147483647, next_tokens: int = 2147483647, input_layout: str = "BSH",
+        num_key_value_heads: int = 0, sparse_mode: int = 0, inner_precise: int = 0, block_size: int = 0,
+        antiquant_mode: int = 0, key_antiquant_mode: int = 0, value_antiquant_mode: int = 0,
+        softmax_lse_flag: bool = False):
+    """Inference attention ``softmax(scale*QK^T + pse, masked) V`` for all torch_npu layouts.
+
+    GQA: query head h reads KV head ``h // (num_heads / num_key_value_heads)``.  atten_mask is
+    bool/int8/uint8 with nonzero = masked.  sparse_mode 0 (full mask or none, plus the pre/next
+    token band when a mask is given), 1 (full mask), 2 (left-up causal), 3 (right-down causal),
+    4 (right-down band); with a one-token query (no rope) sparse_mode and the band are ignored.
+    actual_seq_lengths(_kv) are per-batch lengths, cumulative for TND/NTD; rows past them are 0.
+    MLA rope parts are concatenated to Q/K; a block_table reads KV from a paged cache.  Rows with
+    every key masked give output 0 and softmax_lse +inf; without softmax_lse_flag the lse is the
+    meta kernel's empty [0] tensor.  quant_scale2/quant_offset2 requantise the output to int8.
+    """
+    _check(num_heads > 0, lambda: "numHeads should be greater than 0, but got " + str(num_heads))
+    _check(input_layout in _FIA_LAYOUTS, lambda: f"Layout {input_layout} is not supported!")
+    q_layout, out_layout, q_rank = _FIA_LAYOUTS[input_layout]
+    _check(query.dim() == q_rank, lambda: f"Layout {q_layout}, queryDims({query.dim()}) must be {q_rank}!")
+    args = locals()
+    given = [name for name in _FIA_UNMODELLED if args[name] is not None]
+    if given:
+        raise _unsupported(_FIA, ", ".join(given))
+    if query.dtype == torch.int8 or key.dtype in (torch.int8, torch.int32):
+        raise _unsupported(_FIA, "int8/int4 query, key or value")
+    _check(sparse_mode in (0, 1, 2, 3, 4),
+           lambda: f"{_FIA}: sparse_mode {sparse_mode} is not supported, expected 0, 1, 2, 3 or 4")
+    _check((query_rope is None) == (key_rope is None), f"{_FIA}: query_rope and key_rope must be given together")
+    kv_heads = num_key_value_heads or num_heads
+    token_major = q_layout in ("TND", "NTD")
+
+    def per_batch_q(t):
+        if token_major:
+            return _segments(t, q_layout, actual_seq_lengths, "actual_seq_lengths")
+        return list(_bnsd(t, q_layout, num_heads))
+
+    def per_batch_kv(t):
+        if block_table is not None:
+            _check(actual_seq_lengths_kv is not None, f"{_FIA}: a block_table needs actual_seq_lengths_kv")
+            return _paged(t, block_table, _lengths(actual_seq_lengths_kv, len(qs), 0, "actual_seq_lengths_kv"),
+                          kv_heads)
+        if token_major:
+            return _segments(t, q_layout, actual_seq_lengths_kv, "actual_seq_lengths_kv")
+        t4 = _bnsd(t, q_layout, kv_heads)
+        lengths = _lengths(actual_seq_lengths_kv, len(qs), t4.size(2), "actual_seq_lengths_kv")
+        return [t4[b, :, :n] for b, n in enumerate(lengths)]
+
+    qs = _with_rope(per_batch_q(query), None if query_rope is None else per_batch_q(query_rope))
+    ks = _with_rope(per_batch_kv(key), None if key_rope is None else per_batch_kv(key_rope))
+    vs = _with_rope(per_batch_kv(value), None)
+    full_q = [q.size(1) for q in qs]
+    incremental = max(full_q) == 1 and query_rope is None
+    q_lens = full_q if token_major or incremental else _lengths(actual_seq_lengths, len(qs), full_q[0],
+                                                                 "actual_seq_lengths")
+    heads = qs[0].size(0)
+    _check(heads % ks[0].size(0) == 0, lambda: f"{_FIA}: num_heads {heads} must be a multiple of "
+                                               f"num_key_value_heads {ks[0].size(0)}")
+    group = heads // ks[0].size(0)
+    outs, lses = [], []
+    for b, (q, k, v) in enumerate(zip(qs, ks, vs)):
+        s_q, s_kv = q_lens[b], k.size(1)
+        mask = _attention_mask(sparse_mode, atten_mask, b, s_q, s_kv, len(qs), pre_tokens, next_tokens, incremental)
+        pse = None if pse_shift is None else _f32(pse_shift[b if pse_shift.size(0) > 1 else 0])[:, :s_q, :s_kv]
+        out, lse = _attend(q[:, :s_q], k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0),
+                           scale, mask, pse)
+        out = out.to(query.dtype) if quant_scale2 is None else _requantise(out, quant_scale2, quant_offset2)
+        outs.append(F.pad(out, (0, 0, 0, full_q[b] - s_q)))
+        lses.append(F.pad(lse, (0, full_q[b] - s_q)))
+    if token_major:
+        pad = query.size(0 if q_layout == "TND" else 1) - sum(full_q)
+        out_t = F.pad(torch.cat(outs, dim=1), (0, 0, 0, pad))
+        attention = out_t.transpose(0, 1) if out_layout == "TND" else out_t
+        lse_out = F.pad(torch.cat(lses, dim=1), (0, pad)).transpose(0, 1).unsqueeze(-1)
+    else:
+        attention = _from_bnsd(torch.stack(outs), out_layout)
+        lse_out = torch.stack(lses).unsqueeze(-1)
+    if not softmax_lse_flag:
+        lse_out = torch.empty(0, dtype=torch.float32)
+    return attention, lse_out
+
+
+def _with_rope(main, rope):
+    """Per-batch float32 pieces, with the MLA rope pieces appended on the last dim when given."""
+    if rope is None:
+        return [_f32(m) for m in main]
+    return [torch.cat((_f32(m), _f32(r)), dim=-1) for m, r in zip(main, rope)]
+
+
+def _requantise(out: torch.Tensor, quant_scale2: torch.Tensor, quant_offset2: Optional[torch.Tensor]):
+    """int8 output quantisation of one batch (N, S, D): per-tensor, or per-channel over N*D (= H)."""
+    def shaped(t):
+        t = t.to(torch.float32)
+        return t.reshape(()) if t.numel() == 1 else t.reshape(out.size(0), 1, -1)
+    y = out * shaped(quant_scale2)
+    if quant_offset2 is not None:
+        y = y + shaped(quant_offset2)
+    return _quant_round(y, 127.0)
+
+
+SPECS = [
+    OpSpec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
+           npu_rotary_mul, vector()),
+    OpSpec("npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
+           "Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
+           "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, "
+           "Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? antiquant_scale=None, "
+           "Tensor? antiquant_offset=None, Tensor? key_antiquant_scale=None, Tensor? key_antiquant_offset=None, "
+           "Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, Tensor? block_table=None, "
+           "Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? key_shared_prefix=None, "
+           "Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, Tensor? query_rope=None, "
+           "Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int num_heads=1, float scale=1.0, "
+           "int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
+           "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, "
+           "int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, "
+           "bool softmax_lse_flag=False) -> (Tensor, Tensor)", npu_fused_infer_attention_score, mix()),
+]
