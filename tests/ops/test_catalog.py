@@ -26,6 +26,13 @@ def _ids(e: int = 4):
     return torch.stack([torch.randperm(e)[:2] for _ in range(3)]).to(torch.int32)
 
 
+def _mla_example(v3: bool):
+    args = (torch.randn(3, 16), torch.randn(16, 12), torch.randn(12, 16), torch.randn(2, 4, 8), torch.randn(16, 12),
+            torch.rand(12), torch.rand(8), torch.rand(3, 4), torch.rand(3, 4))
+    index, caches = torch.tensor([0, 5, 2]), (torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 4))
+    return (args + caches, {"cache_index": index, "query_norm_flag": True}) if v3 else (args + (index,) + caches, {})
+
+
 # One realistic call per op: (positional args, keyword args).
 EXAMPLES = {
     "npu_swiglu": lambda: ((torch.randn(2, 8),), {"dim": -1}),
@@ -71,6 +78,26 @@ EXAMPLES = {
     "npu_fusion_attention_grad": lambda: ((torch.randn(5, 2, 8), torch.randn(6, 1, 8), torch.randn(6, 1, 8),
                                            torch.randn(5, 2, 8), 2, "TND"),
                                           {"scale_value": 0.5, "actual_seq_qlen": [2, 5], "actual_seq_kvlen": [3, 6]}),
+    "npu_apply_rotary_pos_emb": lambda: ((torch.randn(2, 3, 4, 8), torch.randn(2, 3, 2, 8), torch.rand(2, 3, 1, 8),
+                                          torch.rand(2, 3, 1, 8)), {"layout": "BSND"}),
+    "npu_interleave_rope": lambda: ((torch.randn(2, 3, 4, 8), torch.rand(2, 1, 4, 8), torch.rand(2, 1, 4, 8)), {}),
+    "npu_kv_rmsnorm_rope_cache": lambda: ((torch.randn(2, 1, 3, 12), torch.rand(8), torch.rand(2, 1, 3, 4),
+                                           torch.rand(2, 1, 3, 4), torch.arange(6), torch.zeros(3, 2, 1, 4),
+                                           torch.zeros(3, 2, 1, 8)), {"cache_mode": "PA_BNSD", "is_output_kv": True}),
+    "npu_kv_rmsnorm_rope_cache_v2": lambda: ((torch.randn(2, 1, 3, 12), torch.rand(8), torch.rand(2, 1, 3, 4),
+                                              torch.rand(2, 1, 3, 4), torch.tensor([[0, 1, 2], [3, 4, 5]]),
+                                              torch.zeros(2, 1, 6, 4), torch.zeros(2, 1, 6, 8)), {}),
+    "npu_kv_rmsnorm_rope_cache_v2_functional": lambda: ((torch.randn(2, 1, 3, 12), torch.rand(8),
+                                                         torch.rand(2, 1, 3, 4), torch.rand(2, 1, 3, 4),
+                                                         torch.arange(6), torch.zeros(3, 2, 1, 4),
+                                                         torch.zeros(3, 2, 1, 8)), {"cache_mode": "PA"}),
+    "npu_scatter_nd_update": lambda: ((torch.randn(6, 4), torch.tensor([[4], [1]]), torch.randn(2, 4)), {}),
+    "npu_scatter_nd_update_": lambda: ((torch.randn(6, 4), torch.tensor([[4], [1]], dtype=torch.int32),
+                                        torch.randn(2, 4)), {}),
+    "npu_top_k_top_p": lambda: ((torch.randn(3, 8), torch.rand(3), torch.tensor([1, 4, 8], dtype=torch.int32)), {}),
+    "npu_mla_prolog_v2": lambda: _mla_example(v3=False),
+    "npu_mla_prolog_v3": lambda: _mla_example(v3=True),
+    "npu_mla_prolog_v3_functional": lambda: _mla_example(v3=True),
     "npu_prefetch": lambda: ((torch.randn(4), None, 64), {"offset": 0}),
     "npu_format_cast": lambda: ((torch.randn(2, 3, 4, 5), 29), {}),
     "npu_format_cast.Tensor": lambda: ((torch.randn(2, 3), torch.randn(2, 3)), {}),

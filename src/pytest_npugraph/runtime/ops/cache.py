@@ -1,0 +1,66 @@
+"""KV-cache writes by index: npu_scatter_nd_update and its in-place form npu_scatter_nd_update_.
+
+vLLM-Ascend and TorchAir model code write new key/value rows into a cache with
+``torch_npu.npu_scatter_nd_update_(cache, slots, rows)``.  Semantics are TensorFlow's ScatterNdUpdate:
+``indices`` (..., a) addresses the first ``a`` dims of ``input``; ``updates`` has shape
+``indices.shape[:-1] + input.shape[a:]`` and each of its slices replaces the addressed slice.
+Out-of-range indices are a kernel error on the device; here they raise.  Duplicate indices have no
+defined order on the device; here the last one wins.
+"""
+from __future__ import annotations
+
+import torch
+
+from .spec import OpSpec, vector
+
+_OP = "npu_scatter_nd_update"
+
+
+def _check(cond: bool, message) -> None:
+    if not cond:
+        raise RuntimeError(message() if callable(message) else message)
+
+
+def _scatter(target: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, op: str) -> None:
+    """Write ``updates`` into ``target`` (in place) at the slices ``indices`` addresses."""
+    _check(1 <= target.dim() <= 8, lambda: f"{op}: input must have 1 to 8 dims, but got {target.dim()}")
+    _check(indices.dtype in (torch.int32, torch.int64),
+           lambda: f"{op}: indices must be int32 or int64, but got {indices.dtype}")
+    _check(indices.dim() >= 2, lambda: f"{op}: indices must have at least 2 dims, but got {indices.dim()}")
+    depth = indices.size(-1)
+    _check(depth <= target.dim(), lambda: f"{op}: the last dim of indices ({depth}) must not exceed the "
+                                          f"rank of input ({target.dim()})")
+    expected = tuple(indices.shape[:-1]) + tuple(target.shape[depth:])
+    _check(tuple(updates.shape) == expected,
+           lambda: f"{op}: updates must have shape {list(expected)} (indices.shape[:-1] + input.shape[{depth}:]), "
+                   f"but got {list(updates.shape)}")
+    _check(updates.dtype == target.dtype, lambda: f"{op}: updates dtype {updates.dtype} must match input dtype "
+                                                  f"{target.dtype}")
+    points = indices.reshape(-1, depth).to(torch.int64)
+    bounds = torch.tensor(target.shape[:depth], dtype=torch.int64)
+    _check(bool(((points >= 0) & (points < bounds)).all()),
+           lambda: f"{op}: indices out of range for input of shape {list(target.shape)}")
+    rows = updates.reshape((points.size(0),) + tuple(target.shape[depth:]))
+    for point, row in zip(points.tolist(), rows):
+        target[tuple(point)] = row
+
+
+def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """A copy of ``self`` with the addressed slices replaced; ``self`` is unchanged."""
+    out = self.clone()
+    _scatter(out, indices, updates, _OP)
+    return out
+
+
+def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """In place on ``self`` (declared ``Tensor(a!)``); returns ``self``."""
+    _scatter(self, indices, updates, _OP + "_")
+    return self
+
+
+SPECS = [
+    OpSpec("npu_scatter_nd_update(Tensor self, Tensor indices, Tensor updates) -> Tensor", npu_scatter_nd_update,
+           vector(), meta=lambda self, indices, updates: torch.empty_like(self)),
+    OpSpec("npu_scatter_nd_update_(Tensor(a!) self, Tensor indices, Tensor updates) -> Tensor(a!)",
+           npu_scatter_nd_update_, vector(), meta=lambda self, indices, updates: self),
+]
