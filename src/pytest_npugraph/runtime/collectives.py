@@ -758,6 +758,11 @@ def install() -> None:
         overload = getattr(torch.ops.npu, name).default
         _mc2_library.impl(name, _mc2_kernel(name, overload, inspect.signature(getattr(ref, name))),
                           "AutogradPrivateUse1")
+    from .ops import library
+
+    for spec in list(library.SPECS.values()):
+        if getattr(spec, "mc2", None) is not None and spec.name not in MC2_OPS:
+            _mc2_library.impl(spec.name, _spec_mc2_kernel(spec), "AutogradPrivateUse1")
 
 
 def _mc2_kernel(name: str, overload, signature):
@@ -774,6 +779,60 @@ def _mc2_kernel(name: str, overload, signature):
         return _mc2(name, dict(a))
     kernel.__name__ = f"{name}_multi_rank"
     return kernel
+
+
+def _spec_mc2_kernel(spec):
+    """The AutogradPrivateUse1 kernel of a family op with a multi-rank kernel (``OpSpec.mc2``):
+    ``spec.mc2(name, arguments)`` on real NPU tensors; it returns None for the single-device path."""
+    import inspect
+
+    signature = inspect.signature(spec.impl)
+    base, _, overload = spec.name.partition(".")
+    target = getattr(torch.ops.npu, base).__getattr__(overload or "default")
+
+    def kernel(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        tensors = [v for v in a.values() if isinstance(v, torch.Tensor)]
+        real = all(isinstance(t, NpuTensor) and t._payload.device.type == "cpu" and
+                   type(t._payload) is torch.Tensor for t in tensors)
+        result = spec.mc2(spec.name, a) if real else None
+        if result is None:
+            with torch._C._AutoDispatchBelowAutograd():
+                return target(*args, **kwargs)
+        return result
+    kernel.__name__ = f"{base}_multi_rank"
+    return kernel
+
+
+def mc2_issue(name: str, group: str, arguments: dict, outputs: dict, math: Callable, params: Optional[dict] = None):
+    """Issue MC2 op ``name`` of the calling rank on the HCCL communicator named ``group`` and wait
+    for its peers; returns the outputs as the rank's NPU tensors, in order.
+
+    ``arguments``: the op's bound arguments (its NPU tensors are what it reads); ``outputs``:
+    fresh CPU payloads of its outputs; ``math(calls)`` (registered as the op's collective math)
+    fills every rank's outputs once all issued, reading each call's ``params``: the arguments'
+    CPU payloads updated with ``params`` (``params["out"]``, default ``outputs``, is where to write).
+    """
+    b = binding()
+    if b is None:
+        raise RuntimeError(f"{name}: a multi-rank call needs the ranks of npugraph.run_ranks(fn); pass the "
+                           f"group's HCCL comm name")
+    job, rank = b
+    comm = job.by_name(group)
+    if comm is None:
+        raise RuntimeError(f"{name}: {group!r} is not an HCCL communicator of this rank; get it with "
+                           f"pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
+    MATH.setdefault(name, math)
+    payloads = {k: (v._payload if isinstance(v, NpuTensor) else v) for k, v in arguments.items()}
+    payloads["out"] = outputs
+    payloads.update(params or {})
+    inputs = tuple(v for v in arguments.values() if isinstance(v, NpuTensor))
+    device = inputs[0].device.index
+    wrapped = tuple(wrap(v, device) for v in outputs.values())
+    job.issue(comm, rank, Call(name, f"npu::{name}", inputs, wrapped, payloads))
+    return wrapped
 
 
 def _mc2(name: str, a: dict):

@@ -1,4 +1,5 @@
-"""Grouped matmul: npu_grouped_matmul (tensor and list group_list overloads)."""
+"""Grouped matmul: npu_grouped_matmul (tensor and list group_list overloads) and
+npu_grouped_matmul_finalize_routing (grouped matmul scatter-added into the tokens: MoE combine)."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -201,10 +202,94 @@ _GMM_ACTIVATION = (
     "Tensor[]? activation_quant_offset=None, int? split_item=0, int? group_type=None, int? group_list_type=0, "
     "int? act_type=0, ")
 
+
+# ----------------------------------------------------------------------------- grouped_matmul_finalize_routing
+_GMMFR = "npu_grouped_matmul_finalize_routing"
+
+
+def _gmmfr_checks(x, w, dtype, shared_input, logit) -> None:
+    _check(x.dim() == 2 and w.dim() == 3, "x_dim should be 2 and w_dim should be 3.")
+    dtype = torch.float32 if dtype is None else dtype
+    if shared_input is not None and logit is not None:
+        _check(dtype == torch.float32,
+               lambda: "When shared_input is not None, output_dtype must be float32, but it is " + str(dtype))
+    if dtype != torch.float32:
+        raise RuntimeError("Not supportted output dtype is " + str(dtype))
+
+
+def npu_grouped_matmul_finalize_routing(
+        x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, *, scale: Optional[torch.Tensor] = None,
+        bias: Optional[torch.Tensor] = None, offset: Optional[torch.Tensor] = None,
+        pertoken_scale: Optional[torch.Tensor] = None, shared_input: Optional[torch.Tensor] = None,
+        logit: Optional[torch.Tensor] = None, row_index: Optional[torch.Tensor] = None,
+        dtype: Optional[torch.dtype] = None, shared_input_weight: Optional[float] = 1.0,
+        shared_input_offset: Optional[int] = 0, output_bs: Optional[int] = 0, group_list_type: Optional[int] = 1,
+        tuning_config: Optional[Sequence[int]] = None, x_dtype: Optional[int] = None, w_dtype: Optional[int] = None,
+        scale_dtype: Optional[int] = None, pertoken_scale_dtype: Optional[int] = None) -> torch.Tensor:
+    """Grouped matmul whose rows are scattered-added into the token output (MoE combine).
+
+    Rows of group g (``group_list``: counts for type 1, cumulative ends for type 0) compute
+    ``h_m = (x_m @ w[g]) * scale[g] * pertoken_scale[m]`` (int8 operands accumulate exactly;
+    float operands are a plain matmul), then ``out[row_index[m]] += logit[m] * h_m``.  Rows
+    past the groups are ignored.  ``shared_input * shared_input_weight`` is added to rows
+    ``[shared_input_offset, +len)``.  ``out`` is float32 ``(output_bs or M, N)``.
+    """
+    _gmmfr_checks(x, w, dtype, shared_input, logit)
+    for name, value in (("x_dtype", x_dtype), ("w_dtype", w_dtype), ("scale_dtype", scale_dtype),
+                        ("pertoken_scale_dtype", pertoken_scale_dtype), ("bias", bias), ("offset", offset)):
+        if value is not None:
+            raise _unsupported(_GMMFR, f"{name} (A8W4 / MX formats)")
+    if w.dtype == torch.int32:
+        raise _unsupported(_GMMFR, "int4 (int32-packed) weight")
+    m, n = x.size(0), w.size(-1)
+    counts = group_list.to(torch.int64).reshape(-1)
+    ends = counts.cumsum(0) if (group_list_type if group_list_type is not None else 1) == 1 else counts
+    _check(ends.numel() == w.size(0),
+           lambda: f"{_GMMFR}: group_list has {ends.numel()} groups but w has {w.size(0)} experts")
+    rows = int(ends[-1]) if ends.numel() else 0
+    _check(0 <= rows <= m and bool((ends[1:] >= ends[:-1]).all()),
+           lambda: f"{_GMMFR}: group_list must be non-negative with a total <= {m}, but got {group_list.tolist()}")
+    group = torch.searchsorted(ends, torch.arange(rows), right=True)
+    compute = torch.float64 if x.dtype == torch.int8 and w.dtype == torch.int8 else torch.float32
+    h = torch.zeros(rows, n, dtype=torch.float32)
+    for g, (lo, hi) in enumerate(zip([0] + ends[:-1].tolist(), ends.tolist())):
+        h[lo:hi] = (x[lo:hi].to(compute) @ w[g].to(compute)).to(torch.float32)
+    if scale is not None:
+        h = h * _scale_values(scale).reshape(w.size(0), -1)[group]
+    if pertoken_scale is not None:
+        h = h * pertoken_scale.to(torch.float32).reshape(-1)[:rows].unsqueeze(-1)
+    if logit is not None:
+        h = h * logit.to(torch.float32).reshape(-1)[:rows].unsqueeze(-1)
+    out_rows = output_bs or m
+    out = torch.zeros(out_rows, n, dtype=torch.float32)
+    dest = row_index.to(torch.int64).reshape(-1)[:rows] if row_index is not None else torch.arange(rows)
+    out.index_add_(0, dest, h)
+    if shared_input is not None:
+        start = shared_input_offset or 0
+        weight = 1.0 if shared_input_weight is None else shared_input_weight
+        out[start:start + shared_input.size(0)] += shared_input.to(torch.float32) * weight
+    return out
+
+
+def _gmmfr_meta(x, w, group_list, *, scale=None, bias=None, offset=None, pertoken_scale=None, shared_input=None,
+                logit=None, row_index=None, dtype=None, shared_input_weight=1.0, shared_input_offset=0,
+                output_bs=0, group_list_type=1, tuning_config=None, x_dtype=None, w_dtype=None, scale_dtype=None,
+                pertoken_scale_dtype=None):
+    _gmmfr_checks(x, w, dtype, shared_input, logit)
+    n = w.size(-1) * 8 if w.dtype == torch.int32 else w.size(-1)
+    return x.new_empty((output_bs or x.size(0), n), dtype=torch.float32)
+
+
 SPECS = [
     OpSpec("npu_grouped_matmul(" + _GMM_COMMON + "Tensor? group_list=None, " + _GMM_ACTIVATION
            + "int[]? tuning_config=None, int? output_dtype=None, int? x_dtype=None, int? weight_dtype=None, "
            "int? scale_dtype=None, int? per_token_scale_dtype=None) -> Tensor[]", npu_grouped_matmul, mix()),
     OpSpec("npu_grouped_matmul.List(" + _GMM_COMMON + "int[]? group_list=None, " + _GMM_ACTIVATION
            + "ScalarType? output_dtype=None) -> Tensor[]", npu_grouped_matmul_list, mix()),
+    OpSpec("npu_grouped_matmul_finalize_routing(Tensor x, Tensor w, Tensor group_list, *, Tensor? scale=None, "
+           "Tensor? bias=None, Tensor? offset=None, Tensor? pertoken_scale=None, Tensor? shared_input=None, "
+           "Tensor? logit=None, Tensor? row_index=None, ScalarType? dtype=None, float? shared_input_weight=1.0, "
+           "int? shared_input_offset=0, int? output_bs=0, int? group_list_type=1, int[]? tuning_config=None, "
+           "int? x_dtype=None, int? w_dtype=None, int? scale_dtype=None, int? pertoken_scale_dtype=None) -> Tensor",
+           npu_grouped_matmul_finalize_routing, mix(), meta=_gmmfr_meta),
 ]

@@ -155,7 +155,7 @@ def _define(spec) -> None:
         return
     _library.define(spec.schema)
     _library.impl(qualified, spec.impl, "CPU")
-    _library.impl(qualified, _meta_kernel(spec.impl), "Meta")
+    _library.impl(qualified, getattr(spec, "meta", None) or _meta_kernel(spec.impl), "Meta")
     SPECS[qualified] = spec
 
 

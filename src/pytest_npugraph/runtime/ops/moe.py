@@ -1,4 +1,5 @@
-"""MoE gating and routing: top-k gating, init/finalize routing."""
+"""MoE gating and routing: top-k gating, init/finalize routing, expert token counts and the
+Megatron-style token permute/unpermute (index conventions pinned by the torch_npu docstring examples)."""
 from __future__ import annotations
 
 import math
@@ -226,6 +227,96 @@ def npu_moe_finalize_routing(expanded_permuted_rows: torch.Tensor, skip1: Option
     return out.to(expanded_permuted_rows.dtype)
 
 
+# ----------------------------------------------------------------------------- compute_expert_tokens
+def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
+    """For each expert i, the end (exclusive) of its rows in the sorted expert list: the number of
+    entries <= i (the kernel's binary search for the last row of expert i).  int32, (num_expert,)."""
+    _check(0 < num_expert <= 2048,
+           lambda: f"npu_moe_compute_expert_tokens: num_expert must be in (0, 2048], but got {num_expert}")
+    experts = sorted_expert_for_source_row.to(torch.int64).reshape(-1)
+    ends = torch.searchsorted(experts, torch.arange(num_expert), right=True)
+    return ends.to(torch.int32)
+
+
+def _compute_expert_tokens_meta(sorted_expert_for_source_row, num_expert):
+    return sorted_expert_for_source_row.new_empty((num_expert,), dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- token permute / unpermute
+def _permute_checks(tokens, indices) -> None:
+    _check(tokens.dim() == 2,
+           lambda: f"The dims of input tokens should be 2 dimensional, but got {tokens.dim()}-dimensional.")
+    _check(indices.dim() in (1, 2),
+           lambda: f"The dims of input indices should be 2 or 1 dimensional, but got {indices.dim()}-dimensional.")
+
+
+def _permuted_rows(num_out_tokens: Optional[int], flat: int) -> int:
+    """Rows kept: all for None/0, the first min(n, N*K) for n > 0, N*K + n for n < 0."""
+    n = 0 if num_out_tokens is None else num_out_tokens
+    return min(n, flat) if n > 0 else n + flat
+
+
+def npu_moe_token_permute(tokens: torch.Tensor, indices: torch.Tensor, num_out_tokens: Optional[int] = None,
+                          padded_mode: bool = False):
+    """Replicate each token once per chosen expert and sort the copies by expert (stable).
+
+    ``order = stable_argsort(indices.flatten())``; ``permuted = tokens[order // topK][:rows]``;
+    ``sorted_indices[i]`` is where copy i (token i // topK) landed: ``permuted[sorted_indices[i]]
+    = tokens[i // topK]`` (the inverse of ``order``, int32).
+    """
+    _permute_checks(tokens, indices)
+    if padded_mode:
+        raise _unsupported("npu_moe_token_permute", "padded_mode=True")
+    top_k = indices.size(1) if indices.dim() == 2 else 1
+    flat = indices.reshape(-1).to(torch.int64)
+    order = torch.sort(flat, stable=True).indices
+    rows = _permuted_rows(num_out_tokens, flat.numel())
+    permuted = tokens[order[:rows] // top_k]
+    sorted_indices = torch.empty_like(order)
+    sorted_indices[order] = torch.arange(order.numel())
+    return permuted, sorted_indices.to(torch.int32)
+
+
+def _token_permute_meta(tokens, indices, num_out_tokens=None, padded_mode=False):
+    _permute_checks(tokens, indices)
+    rows = _permuted_rows(num_out_tokens, indices.numel())
+    return tokens.new_empty((rows, tokens.size(1))), tokens.new_empty((indices.numel(),), dtype=torch.int32)
+
+
+def _unpermute_checks(permuted_tokens, sorted_indices, probs) -> None:
+    if probs is not None:
+        _check(probs.dim() == 2,
+               lambda: f"The dims of input probs should be 2 dimensional, but got {probs.dim()}-dimensional.")
+    _check(permuted_tokens.dim() == 2, lambda: f"The dims of input permuted_tokens should be 2 dimensional, but "
+                                                   f"got {permuted_tokens.dim()}-dimensional.")
+    _check(sorted_indices.dim() == 1, lambda: f"The dims of input sorted_indices should be 1 dimensional, but got "
+                                                  f"{sorted_indices.dim()}-dimensional.")
+
+
+def npu_moe_token_unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor,
+                            probs: Optional[torch.Tensor] = None, padded_mode: bool = False,
+                            restore_shape: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """``out[t] = sum_k probs[t, k] * permuted_tokens[sorted_indices[t*topK + k]]`` (probs 1 when None,
+    topK = probs.size(1) or 1).  Copies dropped by permute (index past the permuted rows) add 0."""
+    _unpermute_checks(permuted_tokens, sorted_indices, probs)
+    if padded_mode or restore_shape is not None:
+        raise _unsupported("npu_moe_token_unpermute", "padded_mode / restore_shape")
+    top_k = probs.size(1) if probs is not None else 1
+    tokens = sorted_indices.size(0) // top_k
+    index = sorted_indices.to(torch.int64)[:tokens * top_k].reshape(tokens, top_k)
+    present = index < permuted_tokens.size(0)
+    rows = permuted_tokens.to(torch.float32)[index.clamp(max=max(permuted_tokens.size(0) - 1, 0))]
+    weight = probs.to(torch.float32) if probs is not None else torch.ones(tokens, 1)
+    out = (rows * (weight * present).unsqueeze(-1)).sum(dim=1)
+    return out.to(permuted_tokens.dtype)
+
+
+def _token_unpermute_meta(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None):
+    _unpermute_checks(permuted_tokens, sorted_indices, probs)
+    top_k = 1 if probs is None else probs.size(1)
+    return permuted_tokens.new_empty((sorted_indices.size(0) // top_k, permuted_tokens.size(-1)))
+
+
 SPECS = [
     OpSpec("npu_moe_gating_top_k_softmax(Tensor x, Tensor? finished=None, int k=1) -> (Tensor, Tensor, Tensor)",
            npu_moe_gating_top_k_softmax, vector()),
@@ -243,4 +334,11 @@ SPECS = [
     OpSpec("npu_moe_finalize_routing(Tensor expanded_permuted_rows, Tensor? skip1, Tensor? skip2, Tensor? bias, "
            "Tensor? scales, Tensor expanded_src_to_dst_row, Tensor? export_for_source_row, int? drop_pad_mode=0, "
            "int? k=1) -> Tensor", npu_moe_finalize_routing, vector()),
+    OpSpec("npu_moe_compute_expert_tokens(Tensor sorted_expert_for_source_row, int num_expert) -> Tensor",
+           npu_moe_compute_expert_tokens, vector(), meta=_compute_expert_tokens_meta),
+    OpSpec("npu_moe_token_permute(Tensor tokens, Tensor indices, int? num_out_tokens=None, bool padded_mode=False) "
+           "-> (Tensor, Tensor)", npu_moe_token_permute, vector(), meta=_token_permute_meta),
+    OpSpec("npu_moe_token_unpermute(Tensor permuted_tokens, Tensor sorted_indices, Tensor? probs=None, "
+           "bool padded_mode=False, int[]? restore_shape=None) -> Tensor",
+           npu_moe_token_unpermute, vector(), meta=_token_unpermute_meta),
 ]

@@ -1,12 +1,19 @@
-"""Quantisation: npu_dynamic_quant, npu_quant_matmul."""
+"""Quantisation: npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_anti_quant,
+npu_dynamic_quant_asymmetric, npu_weight_quant_batchmatmul, npu_dequant_swiglu_quant.
+
+Formulas follow torch_npu 2.14.0's docstrings (``_op_plugin_docs.py``) and the CANN aclnn docs of the
+same kernels; shapes and argument checks the wheel's meta registrations.  Quantised values round half
+to even (the NPU's rint) and saturate; an int32 tensor standing for int4 holds eight nibbles per word
+(``_common.pack_int4``).
+"""
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import torch
 
-from ._common import (_DTYPE_MAX, _check, _dtype_of, _dtype_str, _quant_round, _scale_values, _unsupported, pack_int4,
-                      unpack_int4)
+from ._common import (_DTYPE_MAX, HIFLOAT8, _check, _dtype_of, _dtype_str, _quant_round, _scale_values,
+                      _unsupported, pack_int4, unpack_int4)
 from .spec import OpSpec, mix, vector
 
 
@@ -145,6 +152,350 @@ def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *,
     return y.to(out_dtype)
 
 
+# ScalarType numbers of the quantised dtypes (TORCH_DTYPE_ENUM_VALUE_TO_SCALAR_TYPE_MAP).
+_QUANT_ENUMS = {0: torch.uint8, 1: torch.int8, 3: torch.int32, 12: torch.qint8, 13: torch.quint8,
+                14: torch.qint32, 16: torch.quint4x2, 21: torch.bits8, 23: torch.float8_e5m2,
+                24: torch.float8_e4m3fn}
+_RANGES = {torch.int8: (-128.0, 127.0), torch.uint8: (0.0, 255.0), torch.int32: (-2.0 ** 31, 2.0 ** 31 - 1),
+           torch.quint4x2: (-8.0, 7.0)}
+
+
+def _saturate(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round half to even, clamp to ``dtype``'s range and store (int4 packed into int32)."""
+    lo, hi = _RANGES[dtype]
+    q = torch.round(y.to(torch.float64)).clamp_(lo, hi)
+    if dtype == torch.quint4x2:
+        return pack_int4(q.to(torch.int8))
+    return q.to(dtype)
+
+
+def _group_rows(rows: int, group_index: torch.Tensor) -> torch.Tensor:
+    """Group of each row for cumulative row ends ``group_index`` (rows past the last end: last group)."""
+    ends = group_index.to(torch.int64).reshape(-1)
+    return torch.searchsorted(ends, torch.arange(rows), right=True).clamp_(max=ends.numel() - 1)
+
+
+# ----------------------------------------------------------------------------- npu_quantize
+def _quantize_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return _QUANT_ENUMS.get(int(dtype), torch.int8)
+
+
+def _storage(dtype: torch.dtype) -> torch.dtype:
+    """What the quantised values are stored as: qint8 -> int8, quint8 -> uint8, qint32 -> int32."""
+    return {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint32: torch.int32}.get(dtype, dtype)
+
+
+def _along(t: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
+    """A 1-D scale/offset laid along ``axis`` of ``x`` (size 1 broadcasts); N-D ones broadcast as is."""
+    if t.dim() != 1:
+        return t.to(torch.float32)
+    shape = [1] * x.dim()
+    shape[axis] = t.numel()
+    return t.to(torch.float32).reshape(shape)
+
+
+def npu_quantize(self: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch.Tensor], dtype: int,
+                 axis: int = 1, div_mode: bool = True) -> torch.Tensor:
+    """``y = round(x / scales + zero_points)`` (``x * scales`` when ``div_mode`` is False), saturated.
+
+    1-D ``scales``/``zero_points`` lie along ``axis`` (size 1 broadcasts); with ``div_mode``
+    False, ``axis`` -2 means the second last dim and any larger value the last dim.  ``dtype``
+    qint8/int8, quint8/uint8, qint32/int32 or quint4x2 (int4 packed into int32 along the last dim).
+    """
+    target = _storage(_quantize_dtype(dtype))
+    if target == torch.quint4x2:
+        _check(self.size(-1) % 8 == 0, "If dtype is quint4x2, the last dim of input must be divided by 8")
+    if target not in _RANGES:
+        raise _unsupported("npu_quantize", f"dtype {_dtype_str(dtype)}")
+    if not div_mode:
+        axis = -2 if axis == -2 else -1
+    axis = axis % self.dim() if self.dim() else 0
+    x = self.to(torch.float32)
+    s = _along(scales, x, axis)
+    y = x / s if div_mode else x * s
+    if zero_points is not None:
+        y = y + _along(zero_points, x, axis)
+    return _saturate(y, target)
+
+
+def _quantize_meta(self, scales, zero_points, dtype, axis=1, div_mode=True):
+    target = _storage(_quantize_dtype(dtype))
+    if not isinstance(dtype, torch.dtype) and int(dtype) == HIFLOAT8:
+        return self.new_empty(self.shape, dtype=torch.bits8)
+    if target == torch.quint4x2:
+        _check(self.size(-1) % 8 == 0, "If dtype is quint4x2, the last dim of input must be divided by 8")
+        return self.new_empty((*self.shape[:-1], self.size(-1) // 8), dtype=torch.int32)
+    if target not in (torch.uint8, torch.int32, torch.int8, torch.float8_e4m3fn, torch.float8_e5m2):
+        target = torch.int8
+    return self.new_empty(self.shape, dtype=target)
+
+
+# ----------------------------------------------------------------------------- npu_anti_quant
+_FLOAT8 = (torch.float8_e5m2, torch.float8_e4m3fn, torch.uint8)
+
+
+def npu_anti_quant(x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
+                   dst_dtype: Optional[int] = None, src_dtype: Optional[int] = None) -> torch.Tensor:
+    """``y = (x + offset) * scale`` cast to ``dst_dtype`` (default float16).
+
+    ``scale``/``offset`` are 1-D over the last dim (or size 1); an int32 ``x`` is packed int4,
+    so the output's last dim is eight times x's.
+    """
+    _anti_quant_checks(x, scale, offset)
+    if x.dtype == torch.uint8:
+        raise _unsupported("npu_anti_quant", "hifloat8 x")
+    values = unpack_int4(x) if x.dtype == torch.int32 else x
+    y = values.to(torch.float32)
+    if offset is not None:
+        y = y + offset.to(torch.float32)
+    return (y * scale.to(torch.float32)).to(_dtype_of(dst_dtype) or torch.float16)
+
+
+def _anti_quant_checks(x, scale, offset) -> None:
+    if x.dtype in _FLOAT8 and (scale.dtype != torch.float32 or (offset is not None and offset.dtype != torch.float32)):
+        raise RuntimeError("When x datatype is hifloat8, float8_e5m2 or float8_e4m3fn, scale_dtype and offset_dtype "
+                           "is only support float32")
+    if x.dtype == torch.int32 and x.dim() == 0:
+        raise RuntimeError("Not supported for x is scalar when x dtype is int32")
+
+
+def _anti_quant_meta(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
+    _anti_quant_checks(x, scale, offset)
+    dtype = _dtype_of(dst_dtype) or torch.float16
+    if x.dtype == torch.int32:
+        return x.new_empty((*x.shape[:-1], x.size(-1) * 8), dtype=dtype)
+    return x.new_empty(x.shape, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- npu_dynamic_quant_asymmetric
+def npu_dynamic_quant_asymmetric(input: torch.Tensor, *, smooth_scales: Optional[torch.Tensor] = None,
+                                 group_index: Optional[torch.Tensor] = None, dst_type: Optional[int] = None,
+                                 quant_mode: str = "pertoken", dst_type_max: float = 0.0):
+    """Asymmetric dynamic quantisation: ``scale = (max - min) / (DST_MAX - DST_MIN)``,
+    ``offset = DST_MAX - max / scale``, ``y = round(x / scale + offset)``.
+
+    int8: DST 127/-128; int4 (quint4x2, packed into int32): 7/-8.  ``smooth_scales`` multiply x
+    first (per group of rows with ``group_index``, cumulative row ends).  The reduction is each
+    row ("pertoken"), the whole tensor ("pertensor") or each column over dim -2 ("perchannel").
+    Returns ``(y, scale, offset)``, scale and offset float32.  A constant row has range 0: its
+    scale is 0 and every value quantises to DST_MAX.
+    """
+    target = _dtype_of(dst_type) or torch.int8
+    if target == torch.quint4x2:
+        _check(input.size(-1) % 8 == 0, "If dst_dtype is quint4x2, the last dim of input must be divisible by 8")
+    if target not in (torch.int8, torch.quint4x2):
+        raise _unsupported("npu_dynamic_quant_asymmetric", f"dst_type {_dtype_str(dst_type)}")
+    _check(quant_mode in ("pertoken", "pertensor", "perchannel"),
+           lambda: f"npu_dynamic_quant_asymmetric: quant_mode must be pertoken, pertensor or perchannel, "
+                       f"but got {quant_mode}")
+    lo, hi = _RANGES[target]
+    x = input.to(torch.float32)
+    if smooth_scales is not None:
+        smooth = smooth_scales.to(torch.float32)
+        if group_index is not None:
+            rows = x.reshape(-1, x.size(-1))
+            x = (rows * smooth[_group_rows(rows.size(0), group_index)]).reshape(x.shape)
+        else:
+            x = x * smooth
+    if quant_mode == "pertoken":
+        dims = (-1,)
+    elif quant_mode == "perchannel":
+        dims = (-2,)
+    else:
+        dims = tuple(range(x.dim()))
+    top, bottom = x.amax(dim=dims, keepdim=True), x.amin(dim=dims, keepdim=True)
+    scale = (top - bottom) / (hi - lo)
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    offset = torch.where(scale == 0, hi - top, hi - top / safe)
+    y = _saturate(x / safe + offset, target)
+    if quant_mode == "pertensor":
+        return y, scale.reshape(1), offset.reshape(1)
+    return y, scale.squeeze(dims[0]), offset.squeeze(dims[0])
+
+
+def _dynamic_quant_asymmetric_meta(input, *, smooth_scales=None, group_index=None, dst_type=None,
+                                   quant_mode="pertoken", dst_type_max=0.0):
+    shape = list(input.shape[:-2]) + [input.size(-1) if quant_mode == "perchannel" else input.size(-2)]
+    if quant_mode == "pertensor":
+        stat = [1]
+    else:
+        stat = shape
+    target = _dtype_of(dst_type) or torch.int8
+    if target == torch.quint4x2:
+        _check(input.size(-1) % 8 == 0, "If dst_dtype is quint4x2, the last dim of input must be divisible by 8")
+        y = input.new_empty((*input.shape[:-1], input.size(-1) // 8), dtype=torch.int32)
+    elif target in (torch.float8_e5m2, torch.float8_e4m3fn):
+        y = input.new_empty(input.shape, dtype=target)
+    else:
+        y = input.new_empty(input.shape, dtype=torch.int8)
+    return y, input.new_empty(stat, dtype=torch.float32), input.new_empty(stat, dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------- npu_weight_quant_batchmatmul
+_WQBMM = "npu_weight_quant_batchmatmul"
+
+
+def _weight_values(weight: torch.Tensor) -> torch.Tensor:
+    """The (K, N) integer weight: int8 as is; int32 is int4 packed along N (contiguous (K, N/8))
+    or, for the transposed view of an (N, K/8) matrix, along K."""
+    if weight.dtype != torch.int32:
+        return weight
+    if weight.is_contiguous():
+        return unpack_int4(weight)
+    return unpack_int4(weight.transpose(0, 1)).transpose(0, 1)
+
+
+def _per_k(t: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
+    """An antiquant scale/offset as a (K or 1, N or 1) float32 matrix (per-group rows repeated)."""
+    t = t.to(torch.float32)
+    if t.dim() == 1:
+        return t.reshape(1, -1)
+    if group_size and t.size(0) > 1:
+        return t.repeat_interleave(group_size, dim=0)[:k]
+    return t
+
+
+def npu_weight_quant_batchmatmul(x: torch.Tensor, weight: torch.Tensor, antiquant_scale: torch.Tensor,
+                                 antiquant_offset: Optional[torch.Tensor] = None,
+                                 quant_scale: Optional[torch.Tensor] = None, quant_offset: Optional[torch.Tensor] = None,
+                                 bias: Optional[torch.Tensor] = None, antiquant_group_size: int = 0,
+                                 inner_precise: int = 0, weight_dtype: Optional[int] = None) -> torch.Tensor:
+    """Weight-only quantised matmul: ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
+
+    antiquant per tensor ((1,)/(1,1)), per channel ((N,)/(1,N)) or per group
+    ((ceil(K/group), N) with ``antiquant_group_size``).  With ``quant_scale`` the output is int8:
+    ``round(y * quant_scale + quant_offset)`` (an int64 quant_scale is npu_trans_quant_param's
+    packing); otherwise it has x's dtype.  ``inner_precise`` is a speed/precision hint, ignored.
+    """
+    if weight_dtype is not None or weight.dtype not in (torch.int8, torch.int32):
+        raise _unsupported(_WQBMM, f"weight dtype {weight.dtype} / weight_dtype {_dtype_str(weight_dtype)}")
+    if antiquant_scale.dtype == torch.int64:
+        raise _unsupported(_WQBMM, "int64 (packed) antiquant_scale")
+    w = _weight_values(weight).to(torch.float32)
+    k = w.size(0)
+    _check(x.size(-1) == k, lambda: f"{_WQBMM}: the K of x ({x.size(-1)}) and weight ({k}) must be equal")
+    if antiquant_offset is not None:
+        w = w + _per_k(antiquant_offset, k, antiquant_group_size)
+    w = w * _per_k(antiquant_scale, k, antiquant_group_size)
+    y = x.to(torch.float32) @ w
+    if bias is not None:
+        y = y + bias.to(torch.float32).reshape(-1)
+    if quant_scale is None:
+        return y.to(x.dtype)
+    y = y * _scale_values(quant_scale).reshape(-1)
+    if quant_offset is not None:
+        y = y + quant_offset.to(torch.float32).reshape(-1)
+    return _quant_round(y, 127.0)
+
+
+def _weight_quant_batchmatmul_meta(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                   quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0,
+                                   weight_dtype=None):
+    if weight.dtype in (torch.int32, torch.float32) and weight.is_contiguous():
+        n = weight.size(1) * 8
+    else:
+        n = weight.size(1)
+    return x.new_empty((x.size(0), n), dtype=torch.int8 if quant_scale is not None else x.dtype)
+
+
+# ----------------------------------------------------------------------------- npu_dequant_swiglu_quant
+_DSQ = "npu_dequant_swiglu_quant"
+
+
+def _swiglu(v: torch.Tensor, activate_left: bool, swiglu_mode: int, clamp_limit: float, glu_alpha: float,
+            glu_bias: float) -> torch.Tensor:
+    if swiglu_mode == 1:   # GPT-OSS variant: gate = even columns, linear = odd columns
+        gate = v[..., 0::2].clamp(max=clamp_limit)
+        linear = v[..., 1::2].clamp(min=-clamp_limit, max=clamp_limit)
+        return gate * torch.sigmoid(glu_alpha * gate) * (linear + glu_bias)
+    first, second = v.chunk(2, dim=-1)
+    if activate_left:
+        return torch.nn.functional.silu(first) * second
+    return torch.nn.functional.silu(second) * first
+
+
+def npu_dequant_swiglu_quant(x: torch.Tensor, *, weight_scale: Optional[torch.Tensor] = None,
+                             activation_scale: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                             quant_scale: Optional[torch.Tensor] = None, quant_offset: Optional[torch.Tensor] = None,
+                             group_index: Optional[torch.Tensor] = None, activate_left: bool = False,
+                             quant_mode: int = 0, dst_type: Optional[int] = None, round_mode: Optional[int] = None,
+                             activate_dim: Optional[int] = None, swiglu_mode: int = 0, clamp_limit: float = 7.0,
+                             glu_alpha: float = 1.702, glu_bias: float = 1.0):
+    """Dequantise the int32 matmul output, SwiGLU, then dynamic per-row int8 quantisation.
+
+    ``v = (x + bias) * weight_scale[group] * activation_scale[row]`` (int32 x; float x is used
+    as is); ``s = swiglu(v)`` (``activate_left``: silu(first half) * second half, else
+    silu(second half) * first half; ``swiglu_mode`` 1: the clamped GPT-OSS variant on the
+    even/odd columns); ``t = s * quant_scale[group]``; ``scale = rowmax|t| / 127``;
+    ``y = round(t / scale)``.  ``group_index`` holds per-group row counts; rows past their sum
+    are left zero (the kernel leaves them unwritten).  Static quantisation (quant_mode 0) is
+    not modelled.
+    """
+    if quant_mode != 1:
+        raise _unsupported(_DSQ, "static quantisation (quant_mode=0)")
+    for name, value in (("dst_type", dst_type), ("round_mode", round_mode)):
+        if value not in (None, 1 if name == "dst_type" else 0):
+            raise _unsupported(_DSQ, f"{name}={value}")
+    if activate_dim not in (None, -1, x.dim() - 1):
+        raise _unsupported(_DSQ, f"activate_dim={activate_dim}")
+    _check(x.size(-1) % 2 == 0, f"{_DSQ}: the last dim of x must be even")
+    if x.dtype == torch.int32:
+        _check(weight_scale is not None, f"{_DSQ}: weight_scale is required when x is int32")
+    else:
+        _check(weight_scale is None and activation_scale is None and bias is None,
+               f"{_DSQ}: weight_scale, activation_scale and bias must be None when x is float16 or bfloat16")
+    if group_index is not None:
+        _check(bias is None and quant_offset is None, f"{_DSQ}: bias and quant_offset must be None with group_index")
+    if bias is not None and bias.dtype != torch.int32:
+        raise _unsupported(_DSQ, f"{bias.dtype} bias")
+    if quant_offset is not None:
+        raise _unsupported(_DSQ, "quant_offset with dynamic quantisation")
+    rows = x.reshape(-1, x.size(-1))
+    n = rows.size(0)
+    if group_index is not None:
+        counts = group_index.to(torch.int64).reshape(-1)
+        group = torch.repeat_interleave(torch.arange(counts.numel()), counts)[:n]
+        valid = group.numel()
+        group = torch.cat((group, torch.zeros(n - valid, dtype=torch.int64)))
+    else:
+        group, valid = torch.zeros(n, dtype=torch.int64), n
+    v = rows.to(torch.float64 if x.dtype == torch.int32 else torch.float32)
+    if bias is not None:
+        v = v + bias.to(torch.float64).reshape(-1)
+    v = v.to(torch.float32)
+    if weight_scale is not None:
+        v = v * weight_scale.to(torch.float32).reshape(-1, x.size(-1))[group if weight_scale.dim() == 2
+                                                                        and weight_scale.size(0) > 1 else 0]
+    if activation_scale is not None:
+        v = v * activation_scale.to(torch.float32).reshape(-1, 1)
+    s = _swiglu(v, activate_left, swiglu_mode, clamp_limit, glu_alpha, glu_bias)
+    if quant_scale is not None:
+        qs = quant_scale.to(torch.float32).reshape(-1, s.size(-1))
+        s = s * qs[group if qs.size(0) > 1 else torch.zeros(n, dtype=torch.int64)]
+    scale = s.abs().amax(dim=-1) / 127.0
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    y = _quant_round(s / safe.unsqueeze(-1), 127.0)
+    y[valid:] = 0
+    scale[valid:] = 0
+    return y.reshape(*x.shape[:-1], -1), scale.reshape(x.shape[:-1])
+
+
+def _dequant_swiglu_quant_meta(x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
+                               quant_offset=None, group_index=None, activate_left=False, quant_mode=0, dst_type=None,
+                               round_mode=None, activate_dim=None, swiglu_mode=0, clamp_limit=7.0, glu_alpha=1.702,
+                               glu_bias=1.0):
+    dim = activate_dim if activate_dim is not None else -1
+    dim = dim if dim >= 0 else dim + x.dim()
+    y = [x.size(i) // 2 if i == dim else x.size(i) for i in range(x.dim())]
+    scale = [x.size(i) // 2 if i == dim else x.size(i) for i in range(x.dim() - 1)]
+    dtype = torch.uint8 if dst_type == HIFLOAT8 else (_dtype_of(dst_type) or torch.int8)
+    if dtype == torch.uint8 and dst_type != HIFLOAT8:
+        y[-1] = y[-1] // 2
+    return x.new_empty(y, dtype=dtype), x.new_empty(scale, dtype=torch.float32)
+
+
 SPECS = [
     OpSpec("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
            "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)",
@@ -153,4 +504,22 @@ SPECS = [
            "Tensor? pertoken_scale=None, Tensor? bias=None, int? output_dtype=None, int? x1_dtype=None, "
            "int? x2_dtype=None, int? pertoken_scale_dtype=None, int? scale_dtype=None, int[]? group_sizes=None, "
            "Tensor? y_scale=None) -> Tensor", npu_quant_matmul, mix()),
+    OpSpec("npu_quantize(Tensor self, Tensor scales, Tensor? zero_points, int dtype, int axis=1, "
+           "bool div_mode=True) -> Tensor", npu_quantize, vector(), meta=_quantize_meta),
+    OpSpec("npu_anti_quant(Tensor x, Tensor scale, *, Tensor? offset=None, int? dst_dtype=None, "
+           "int? src_dtype=None) -> Tensor", npu_anti_quant, vector(), meta=_anti_quant_meta),
+    OpSpec("npu_dynamic_quant_asymmetric(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
+           "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor, Tensor)",
+           npu_dynamic_quant_asymmetric, vector(), meta=_dynamic_quant_asymmetric_meta),
+    # Antiquant runs on the vector cores, the matmul on the cube cores: a mixed kernel.
+    OpSpec("npu_weight_quant_batchmatmul(Tensor x, Tensor weight, Tensor antiquant_scale, "
+           "Tensor? antiquant_offset=None, Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? bias=None, "
+           "int antiquant_group_size=0, int inner_precise=0, int? weight_dtype=None) -> Tensor",
+           npu_weight_quant_batchmatmul, mix(), meta=_weight_quant_batchmatmul_meta),
+    OpSpec("npu_dequant_swiglu_quant(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, "
+           "Tensor? bias=None, Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, "
+           "bool activate_left=False, int quant_mode=0, int? dst_type=None, int? round_mode=None, "
+           "int? activate_dim=None, int swiglu_mode=0, float clamp_limit=7.0, float glu_alpha=1.702, "
+           "float glu_bias=1.0) -> (Tensor, Tensor)", npu_dequant_swiglu_quant, vector(),
+           meta=_dequant_swiglu_quant_meta),
 ]
