@@ -15,7 +15,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map
 
 from .. import trace as T
-from . import profiles
+from . import cpu_gaps, profiles
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .runtime import current
@@ -321,7 +321,15 @@ def _run(func, plan, args, kwargs):
     if capture is not None and writes and not plan.metadata_inplace:
         capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
     before = [t._block for t in writes]
-    out = func(*uargs, **ukwargs)
+    kernel = func
+    try:
+        out = func(*uargs, **ukwargs)
+    except RuntimeError as error:   # a dtype the NPU kernel has and the CPU one lacks: widen
+        gap = cpu_gaps.gap_dtype(func, error)
+        if gap is None:
+            raise
+        kernel = cpu_gaps.widened(func, gap)
+        out = kernel(*uargs, **ukwargs)
     fresh: list = []
     for t in writes:
         _sync_metadata(t)
@@ -334,7 +342,7 @@ def _run(func, plan, args, kwargs):
     if plan.metadata_only or (plan.metadata_inplace and not writes):
         _inherit_graph_call(inputs, result)
         return result
-    _launch(plan.name, device, reads, writes + fresh, replay=(func, uargs, ukwargs, out))
+    _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out))
     return result
 
 
