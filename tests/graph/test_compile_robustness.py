@@ -34,6 +34,18 @@ def test_factories_with_an_npu_device_inside_the_region(backend, npugraph):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_small_npu_constants_in_the_region(backend, npugraph):
+    """One-element and empty tensors are constant-propagated while tracing: their fakes keep the
+    real NPU tensor as constant."""
+    def f(x):
+        scale = torch.tensor(2.0, device=x.device)
+        nothing = torch.tensor([], dtype=torch.float32, device=x.device)
+        return x * scale + nothing.sum() + scale.item()
+
+    assert compiled(f, backend)(torch.ones(2, device="npu")).cpu().tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_factory_in_a_region_compiled_in_another_thread(backend, npugraph):
     """Threads do not share torch's lift setting: the fallback lifts the host data the same way."""
     import threading

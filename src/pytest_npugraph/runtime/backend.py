@@ -67,6 +67,29 @@ def _module_npu(self, device=None):
     return self._apply(lambda t: _tensor_npu(t, device))
 
 
+def _trace_without_device_init() -> None:
+    """Tracing never computes on the emulated device, as torch traces for a device it must not
+    initialise (``FakeTensorMode.avoid_device_init``): ``torch.tensor(data, device="npu")`` lifts
+    the data on the host and copies it with the Python key on, and FakeTensorMode does not
+    constant-propagate host-to-npu copies.  A compiled region's graph then holds a host constant and
+    an H2D copy, never a real NpuTensor made while tracing (no stray task in the trace, and no
+    constant FakeTensor standing for an NPU tensor, which Dynamo cannot fake)."""
+    torch._C._set_only_lift_cpu_tensors(True)     # this thread; FakeTensorMode sets it for others
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    declared = FakeTensorMode.__dict__["avoid_device_init"]
+
+    def avoid_device_init(self) -> bool:
+        if declared.fget(self):
+            return True
+        other = torch.cuda.is_available() or (hasattr(torch, "hpu") and torch.hpu.is_available())
+        if torch.xpu._is_compiled():
+            other = other or torch.xpu.is_available()
+        return not other       # only the emulated npu made the device available
+
+    FakeTensorMode.avoid_device_init = property(avoid_device_init, doc=declared.__doc__)
+
+
 def install(npu_module) -> None:
     """Register the npu device with torch (idempotent; cannot be undone within a process)."""
     global _installed, _library
@@ -81,10 +104,7 @@ def install(npu_module) -> None:
         br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module)
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
-    # torch.tensor(data, device="npu") lifts the data on the host, then copies it to the device
-    # with the Python key on (what torch does for devices absent at trace time): in a compiled
-    # region the graph then holds a host constant and an H2D copy, never a real NpuTensor
-    torch._C._set_only_lift_cpu_tensors(True)
+    _trace_without_device_init()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
     from . import autocast, serialization
