@@ -8,7 +8,7 @@ import os
 import sys
 
 SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims")
-PACKAGES = ("torch_npu", "torchair")
+PACKAGES = ("torch_npu", "torchair", "npugraph_ex")
 
 
 def real_torch_npu_installed() -> bool:

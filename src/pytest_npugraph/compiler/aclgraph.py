@@ -33,7 +33,7 @@ from ..runtime.callsite import caller_of_compiled, user_site
 from ..runtime.runtime import current
 from ..runtime.tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
-from . import emit, fxgraph, reinplace, scope_stack
+from . import emit, fxgraph, reinplace, scope_stack, stream_events
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -70,7 +70,8 @@ class GraphMeta:
 class AclConcreteGraph:
     """A compiled FX graph in reduce-overhead mode; calling it runs one step as above."""
 
-    def __init__(self, gm, settings, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False):
+    def __init__(self, gm, settings, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False,
+                 event_tags=()):
         self.settings = settings
         self.name = name
         self.pool_config = settings.custom_pool
@@ -86,10 +87,12 @@ class AclConcreteGraph:
                           "by `torch._dynamo.mark_static_address()` will be considered static. Please make sure that "
                           "the Parameters data address remain the same throughout the program runtime.")
         self._parse_inputs(gm, set(mutated_user_inputs), set(static_input_idxs))
-        self.tagged_event_names: list = []
+        self.tagged_event_names: list = list(event_tags)
         self.labels: set = set()
+        self.user_stream_info: dict = {}
         _, enter_labels, exit_names = passes.apply_event_closure_with_multi_stream(
-            gm, name, self.tagged_event_names, self.labels)
+            gm, name, self.tagged_event_names, self.labels, self.user_stream_info, settings.op_namespace)
+        stream_events.resolve_default_stream_markers(gm)
         passes.apply_event_record(gm)
         gm.graph.eliminate_dead_code()
         emit.reinplace_verdicts(reinplace.apply(gm, settings, name))           # steps 7-8
@@ -97,7 +100,7 @@ class AclConcreteGraph:
         gm.recompile()
         fxgraph.stream_labels(gm)
         self.gm = gm
-        self.ops = [GraphOp(n.name, fxgraph.target_name(n), n.meta.get("stream_label"))
+        self.ops = [GraphOp(n.name, str(n.target), n.meta.get("stream_label"))
                     for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
         self.runner = _AclRunner(gm, enter_labels, set(exit_names))
         self.generation = None
@@ -170,7 +173,15 @@ class AclConcreteGraph:
         rt.graphs.append(self.record)
         # what the generated module makes on its first run: TorchAir's events and the labels' streams
         passes.create_events(self.tagged_event_names)
-        self.runner.label_streams = {label: torch.npu.Stream() for label in sorted(self.labels)}
+        self.runner.label_streams = {label: self._label_stream(label) for label in sorted(self.labels)}
+
+    def _label_stream(self, label):
+        """A stream scope's stream: the user's own stream (native streams), else a new one per label."""
+        info = self.user_stream_info.get(label)
+        if info is None:
+            return torch.npu.Stream()
+        return torch.npu.Stream(stream_id=info["stream_id"], device_index=info["device_index"],
+                                device_type=info["device_type"])
 
     def __call__(self, *args):
         rt = current()

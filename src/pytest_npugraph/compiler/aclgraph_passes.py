@@ -20,48 +20,75 @@ _CORE_KEYS = {"_op_aicore_num", "_op_vectorcore_num"}
 _SWITCH_KEYS = {"_user_stream_label", "_user_stream_priority"}
 
 
-def apply_event_closure_with_multi_stream(gm, graph_name: str, tagged_event_names: list, user_stream_label: set):
-    """Returns ``(multi_stream_enabled, {enter node name: label}, [exit node names])``."""
+def apply_event_closure_with_multi_stream(gm, graph_name: str, tagged_event_names: list, user_stream_label: set,
+                                          user_stream_info: dict = None, namespace: str = "air"):
+    """Returns ``(multi_stream_enabled, {enter node name: label}, [exit node names])``.
+
+    Scopes of native streams (``_user_stream_id`` in the keys, from ``replace_stream_event_pass``):
+    one record at graph start, each unique user stream waits for it (``tagged_event_wait_on_stream``)
+    and is joined before the output (``tagged_event_record_on_stream`` + ``tagged_event_wait`` of
+    ``<graph>_stream_id_<id>_device_index_<i>_device_type_<t>``).  Scopes with a label only
+    (``npu_stream_switch``, custom passes): a wait after each enter, a record before each exit and
+    its wait before the output."""
+    user_stream_info = {} if user_stream_info is None else user_stream_info
+    ops = getattr(torch.ops, namespace)
     enters, exits, enter_labels, exit_names, stack = [], [], {}, [], []
     for node in gm.graph.nodes:
         name = fxgraph.target_name(node)
         if name == fxgraph.SCOPE_ENTER:
             node.kwargs = {**node.kwargs, "need_execute": True}
             if node.args and fxgraph.STREAM_LABEL in node.args[0]:
-                enters.append(node)
-                label = node.args[1][0]
+                attrs = dict(zip(node.args[0], node.args[1]))
+                label = attrs[fxgraph.STREAM_LABEL]
                 user_stream_label.add(label)
                 enter_labels[node.name] = label
+                if "_user_stream_id" in attrs:
+                    user_stream_info[label] = {"stream_id": int(attrs["_user_stream_id"]),
+                                               "device_index": int(attrs["_user_stream_device_index"]),
+                                               "device_type": int(attrs["_user_stream_device_type"])}
+                else:
+                    enters.append(node)
             stack.append(node)
         elif name == fxgraph.SCOPE_EXIT:
             node.kwargs = {**node.kwargs, "need_execute": True}
             if stack and stack[-1].args and fxgraph.STREAM_LABEL in stack[-1].args[0]:
-                exits.append(node)
                 exit_names.append(node.name)
+                if "_user_stream_id" not in stack[-1].args[0]:
+                    exits.append(node)
             stack.pop()
-    if not enters:
+    if not enters and not user_stream_info:
         return False, enter_labels, exit_names
-    # the air.tagged_event_* ops: registered by the backend before it compiles (torchair.ops._tagged_event)
+    output = list(gm.graph.nodes)[-1]
+    if output is None or output.op != "output":
+        raise RuntimeError(f"Graph must have output node as last node, but got {output}")
     first = next(iter(gm.graph.nodes))
     enter_tag = f"{graph_name}_{first.name}"
     tagged_event_names.append(enter_tag)
     with gm.graph.inserting_before(first):
-        gm.graph.call_function(torch.ops.air.tagged_event_record.default, args=(enter_tag, True))
+        fork = gm.graph.call_function(ops.tagged_event_record.default, args=(enter_tag, True))
+    streams = list({(d["stream_id"], d["device_index"], d["device_type"]): d
+                    for d in user_stream_info.values()}.values())
+    for info in streams:
+        ids = (str(info["stream_id"]), str(info["device_index"]), str(info["device_type"]))
+        with gm.graph.inserting_after(fork):
+            gm.graph.call_function(ops.tagged_event_wait_on_stream.default, args=(enter_tag, *ids, True))
+        exit_tag = f"{graph_name}_stream_id_{ids[0]}_device_index_{ids[1]}_device_type_{ids[2]}"
+        tagged_event_names.append(exit_tag)
+        with gm.graph.inserting_before(output):
+            gm.graph.call_function(ops.tagged_event_record_on_stream.default, args=(exit_tag, *ids, True))
+            gm.graph.call_function(ops.tagged_event_wait.default, args=(exit_tag, True))
     for node in enters:
         with gm.graph.inserting_after(node):
-            gm.graph.call_function(torch.ops.air.tagged_event_wait.default, args=(enter_tag, True))
-    output = list(gm.graph.nodes)[-1]
-    if output is None or output.op != "output":
-        raise RuntimeError(f"Graph must have output node as last node, but got {output}")
+            gm.graph.call_function(ops.tagged_event_wait.default, args=(enter_tag, True))
     for node in exits:
         exit_tag = f"{graph_name}_{node.name}"
         tagged_event_names.append(exit_tag)
         with gm.graph.inserting_before(node):
-            gm.graph.call_function(torch.ops.air.tagged_event_record.default, args=(exit_tag, True))
+            gm.graph.call_function(ops.tagged_event_record.default, args=(exit_tag, True))
         with gm.graph.inserting_before(output):
-            gm.graph.call_function(torch.ops.air.tagged_event_wait.default, args=(exit_tag, True))
+            gm.graph.call_function(ops.tagged_event_wait.default, args=(exit_tag, True))
     gm.graph.lint()
-    return True, enter_labels, exit_names
+    return bool(user_stream_info), enter_labels, exit_names
 
 
 def create_events(tagged_event_names) -> None:
@@ -83,7 +110,8 @@ def apply_event_record(gm) -> None:
                 new_args.append(recorded[waited])
             else:
                 with gm.graph.inserting_after(waited):
-                    recorded[waited] = gm.graph.call_function(torch.ops.air.record.default, args=())
+                    recorded[waited] = gm.graph.call_function(
+                        getattr(torch.ops, str(node.target).split(".")[0]).record.default, args=())
                 new_args.append(recorded[waited])
         node.args = (new_args,)
     gm.graph.lint()

@@ -18,7 +18,10 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 def target_name(node) -> str:
-    return str(node.target)
+    """The node's op name, with npugraph_ex's ops under TorchAir's ``air`` names (same schemas and
+    kernels: ``npugraph_ex.scope_enter.default`` reads as ``air.scope_enter.default``)."""
+    name = str(node.target)
+    return "air." + name[len("npugraph_ex."):] if name.startswith("npugraph_ex.") else name
 
 
 def node_site(node) -> Optional[Site]:

@@ -12,7 +12,8 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
-from . import fxgraph
+from . import fxgraph, stream_events
+from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
 from .ge import GeGraph
 from .runner import Runner
@@ -25,8 +26,6 @@ def next_graph_name() -> str:
     """"graph_<n>", numbered from 1 in each test (TorchAir's _GLOBAL_GRAPH_ID counts per process, and
     every test is a fresh machine); the first compile of a test also clears TorchAir's counters."""
     from torch._dynamo.utils import counters
-
-    from ..runtime.runtime import current
 
     extensions = current().extensions
     if "torchair.graph_ids" not in extensions:
@@ -72,6 +71,7 @@ class NpuFxCompiler:
         self.settings = settings
         self.phase = phase
         self.static_input_idxs: list = []
+        self.event_tags: list = []     # events replace_stream_event_pass registered for this Dynamo graph
 
     def __call__(self, gm, example_inputs):
         settings = self.settings
@@ -93,7 +93,8 @@ class NpuFxCompiler:
                             "ensure that the graph is compiled and executed.")
                 return Runner(gm).run
             return GeGraph(gm, settings, name)
-        graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward")
+        graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward",
+                                 event_tags=self.event_tags)
         _dump(settings, graph.gm, f"dynamo_optimized_{name}")
         return graph
 
@@ -116,6 +117,12 @@ def compile_graph(gm, example_inputs, settings, decompositions=None, wrap_errors
     pretty_error_msg = wrap_errors
     num_inputs = len(example_inputs)
     forward = NpuFxCompiler(settings)
+    backward = NpuFxCompiler(settings, "backward")
+    if settings.aclgraph:
+        tags: list = []
+        gm = stream_events.replace_stream_event_pass(gm, settings.op_namespace,
+                                                     stream_events.next_graph_id(current()), tags)
+        forward.event_tags = backward.event_tags = tags
 
     @pretty_error_msg      # as TorchAir's compiler: same exception type, traceback and error code appended
     def fw_compiler(fw_gm, fw_inputs):
@@ -123,6 +130,6 @@ def compile_graph(gm, example_inputs, settings, decompositions=None, wrap_errors
         return forward(fw_gm, fw_inputs)
 
     return aot_module_simplified(
-        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=pretty_error_msg(NpuFxCompiler(settings, "backward")),
+        gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=pretty_error_msg(backward),
         inference_compiler=fw_compiler, decompositions=decompositions or {},
         keep_inference_input_mutations=settings.keep_inference_input_mutations)

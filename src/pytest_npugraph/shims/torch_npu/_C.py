@@ -322,8 +322,9 @@ class _NPUStreamBase(torch.Stream):
         raise RuntimeError("NPU does not support Stream.priority_range() currently." + pta_error(ErrCode.NOT_SUPPORT))
 
 
-class _NPUEventBase:
-    """A handle to an emulated event; the device-side event is created at the first record."""
+class _NPUEventBase(torch.Event):
+    """A handle to an emulated event; the device-side event is created at the first record.  A
+    ``torch.Event`` subclass as in torch_npu, so Dynamo traces it as an event inside compiled regions."""
 
     _label = "Event"
 
@@ -336,7 +337,7 @@ class _NPUEventBase:
         self._live()
 
     def __new__(cls, *args, **kwargs):
-        return super().__new__(cls)
+        return super().__new__(cls, device="npu")
 
     def _live(self):
         """The event's state in the running test (an event made by an earlier test starts over)."""

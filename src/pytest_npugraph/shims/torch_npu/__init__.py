@@ -73,6 +73,9 @@ _accelerator.install()
 
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 from . import distributed  # noqa: E402,F401  (registers the hccl backend)
+from .utils import _dynamo as _dynamo_patch  # noqa: E402
+
+_dynamo_patch.install()     # streams/events in compiled regions, the "npu" and "npugraph_ex" backends
 
 __version__ = "2.14.0"
 version = __version__

@@ -232,6 +232,10 @@ def __getattr__(name):
         from . import graphs
 
         return getattr(graphs, name)
+    if name == "npugraph_ex":
+        import importlib
+
+        return importlib.import_module(__name__ + ".npugraph_ex")
     from .._accelerator import inductor_entry
 
     entry = inductor_entry(name)    # inductor's PrivateUse1 registration asks for these three names

@@ -1,0 +1,3 @@
+import torch
+
+lib = torch.library.Library("npugraph_ex", "FRAGMENT")

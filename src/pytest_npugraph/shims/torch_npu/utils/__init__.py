@@ -1,0 +1,1 @@
+"""``torch_npu.utils``: the Dynamo integration (``_dynamo``)."""
