@@ -284,3 +284,52 @@ def test_limit_core_num_in_range_limits_the_graphs_kernels_and_is_clean(npugraph
     (record,) = npugraph.graphs
     assert nodes(record, "set_stream_limit") and not nodes(record, "scope_enter")
     npugraph.assert_clean()
+
+
+# ------------------------------------------------- reinplace: npugraph_ex's event-aware checker
+def _reinplace_block(side, back: bool):
+    def block(x, w):
+        a = x * 2
+        side.wait_stream(torch.npu.current_stream())
+        done = torch.npu.Event()
+        with torch.npu.stream(side):
+            s = a @ w                              # reads a on the side stream
+            done.record()
+        if back:
+            done.wait()                            # the main stream waits for the side read
+        b = a.add(1)                               # reinplace candidate: add -> add_ on a
+        torch.npu.current_stream().wait_stream(side)
+        return s, b
+    return block
+
+
+def _verdicts(npugraph):
+    from pytest_npugraph import trace as T
+
+    return [r.verdict.verdict for r in npugraph.trace.records if isinstance(r, T.Reinplace)]
+
+
+def test_npugraph_ex_applies_the_reinplace_when_events_order_the_other_streams_user(npugraph):
+    s, b = compile_in("npugraph_ex", _reinplace_block(torch.npu.Stream(), back=True))(
+        torch.ones(4, 4, device="npu"), torch.ones(4, 4, device="npu"))
+    assert s.cpu().tolist() == [[8.0] * 4] * 4 and b.cpu().tolist() == [[3.0] * 4] * 4
+    assert _verdicts(npugraph) == ["applied"]
+    assert any(k.op == "aten::add_.Tensor" for k in kernels(npugraph, graph="#replay1"))
+    npugraph.assert_clean()
+
+
+@pytest.mark.parametrize("mode", ["npugraph_ex", "reduce-overhead"])
+def test_reinplace_is_vetoed_when_nothing_orders_the_other_streams_user(npugraph, mode):
+    with npugraph.expect("reinplace-conflict", match="pay a copy"):
+        s, b = compile_in(mode, _reinplace_block(torch.npu.Stream(), back=False))(
+            torch.ones(4, 4, device="npu"), torch.ones(4, 4, device="npu"))
+    assert b.cpu().tolist() == [[3.0] * 4] * 4
+    assert _verdicts(npugraph) == ["vetoed"]
+
+
+def test_torchair_modes_keep_the_label_only_check_even_with_events(npugraph):
+    """TorchAir's checker looks at stream labels only: the event back does not help there."""
+    with npugraph.expect("reinplace-conflict", match="pay a copy"):
+        compile_in("reduce-overhead", _reinplace_block(torch.npu.Stream(), back=True))(
+            torch.ones(4, 4, device="npu"), torch.ones(4, 4, device="npu"))
+    assert _verdicts(npugraph) == ["vetoed"]

@@ -133,7 +133,7 @@ def test_graph_pool_shared_by_use_graph_pool(npugraph):
     g = ex(lambda x: x * 2, use_graph_pool=pool)
     f(torch.ones(2, device="npu"))
     g(torch.ones(2, device="npu"))
-    pools = {m.detail[1] for m in npugraph.trace.records if isinstance(m, T.Marker) and m.what == "capture_begin"}
+    pools = {m.pool for m in npugraph.trace.records if isinstance(m, T.CaptureBegin)}
     assert pools == {str(pool)}
 
 
@@ -172,3 +172,25 @@ def test_deterministic_level_is_checked():
 def test_data_dump_dir_must_exist_but_a_real_one_is_accepted(npugraph, tmp_path):
     step = ex(lambda x: x + 2, data_dump_dir=os.fspath(tmp_path))
     assert step(torch.ones(1, device="npu")).cpu().tolist() == [3.0]
+
+
+def test_deadlock_check_prints_torchairs_verdict_after_each_capture(npugraph, capsys):
+    side = torch.npu.Stream()
+
+    def f(x):
+        side.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(side):
+            y = torch.nonzero(x > 0)               # holds every vector core while it runs
+        torch.npu.current_stream().wait_stream(side)
+        return y
+
+    step = ex(f, deadlock_check=True)
+    step(torch.ones(4, device="npu"))
+    step(torch.ones(4, device="npu"))
+    assert capsys.readouterr().out.count("[RESULT] No deadlock risks detected.") == 1    # once per capture
+    npugraph.assert_clean()
+
+
+def test_no_deadlock_check_output_by_default(npugraph, capsys):
+    ex(lambda x: x + 1)(torch.ones(2, device="npu"))
+    assert "[RESULT]" not in capsys.readouterr().out

@@ -33,7 +33,7 @@ from ..runtime.callsite import caller_of_compiled, user_site
 from ..runtime.runtime import current
 from ..runtime.tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
-from . import emit, fxgraph, reinplace, scope_stack, stream_events
+from . import deadlock_check, emit, fxgraph, reinplace, scope_stack, stream_events
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -255,6 +255,7 @@ class AclConcreteGraph:
         torch.npu.empty_cache()
 
     def _capture(self, rt, key, args) -> None:
+        first_seq = len(rt.trace.records)
         if self.reuse_in_fx and len(set(self.metas) | {key}) > 1:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
@@ -285,6 +286,8 @@ class AclConcreteGraph:
                                      None if cloned else t.data_ptr()))
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
+        if self.settings.deadlock_check:
+            deadlock_check.report(rt.trace, first_seq, len(rt.trace.records))
         if self.settings.super_kernel_optimize:
             meta.graph.super_kernel_optimize(optimize_options=self.settings.super_kernel_optimize_options,
                                              debug_options=self.settings.super_kernel_debug_options)

@@ -22,8 +22,12 @@ It looks at direct users only: a view of the tensor made on the in-place node's 
 another stream passes the check, the pass applies, and the in-place write races with that read on
 the device although the eager program was correct.  Refused candidates keep the functional op: a
 copy the configuration did not expect.  TorchAir's ``mode="npugraph_ex"`` runs these same passes and
-checker; only the standalone npugraph_ex backend (``backend="npugraph_ex"``, not emulated) accepts
-cross-stream users ordered by its own tagged events (``verify_cross_stream_event_protected``).
+checker.  The standalone npugraph_ex backend (``backend="npugraph_ex"``) asks
+``verify_cross_stream_event_protected`` instead (``_event_protected`` below): every user on another
+stream than the in-place node must be ordered after it, or before it, by a chain of the graph's
+``npugraph_ex`` tagged event records and waits (by graph position and the nodes' stream labels; a
+``wait_stream`` does not count).  Its users on the node's own stream need nothing, so one user on
+another stream without events vetoes the reinplace that TorchAir's checker would apply.
 
 Applied candidates are rewritten to the in-place op, so the emulated device writes where the real
 one does, and every candidate becomes a ``Reinplace`` marker (``verdict=trace.ReinplaceVerdict(...)``,
@@ -108,6 +112,55 @@ def _users(base, result=None) -> list:
 def _one_stream(users) -> bool:
     """``verify_nodes_on_same_stream``: fewer than two users, or all on one label."""
     return len(users) < 2 or len({_label(u) for u in users}) == 1
+
+
+_RECORDS = {"npugraph_ex.tagged_event_record.default", "npugraph_ex.tagged_event_record_on_stream.default"}
+_WAITS = {"npugraph_ex.tagged_event_wait.default", "npugraph_ex.tagged_event_wait_on_stream.default"}
+
+
+def _event_protected(node, users) -> bool:
+    """npugraph_ex's ``verify_cross_stream_event_protected``: users on another stream label than
+    ``node`` are ordered after it (a record after it, waited before them) or before it (a record
+    after them, waited before it), through chains of tagged events; positions are graph order."""
+    stream = node.meta.get("stream_label")
+    cross = [u for u in users if u.meta.get("stream_label") != stream]
+    if not cross:
+        return True
+    position, records, waits = {}, {}, {}
+    for pos, n in enumerate(node.graph.nodes):
+        position[n] = pos
+        target = str(n.target)
+        if n.args and target in _RECORDS:
+            records.setdefault(n.args[0], []).append((n.meta.get("stream_label"), pos))
+        elif n.args and target in _WAITS:
+            waits.setdefault(n.args[0], []).append((n.meta.get("stream_label"), pos))
+    if not records or not waits:
+        return False
+    after = _closure(records, waits, {stream: position[node]}, forward=True)
+    before = _closure(waits, records, {stream: position[node]}, forward=False)
+    for user in cross:
+        label, pos = user.meta.get("stream_label"), position[user]
+        if not (label in after and pos > after[label] or label in before and pos < before[label]):
+            return False
+    return True
+
+
+def _closure(sources, sinks, reached: dict, forward: bool) -> dict:
+    """Per stream, the position past which (forward) or before which (backward) nodes are ordered
+    with the in-place node, propagated through record -> wait pairs of one tag until nothing changes."""
+    changed = True
+    while changed:
+        changed = False
+        for tag, items in sources.items():
+            for label, pos in items:
+                if label not in reached or (pos <= reached[label] if forward else pos >= reached[label]):
+                    continue
+                for other, other_pos in sinks.get(tag, ()):
+                    bound = other_pos if forward else other_pos + 1
+                    if other not in reached or (bound < reached[other] if forward else bound > reached[other]):
+                        reached[other] = bound
+                        changed = True
+    return reached
 
 
 def _result(node, index: int, multi: bool):
@@ -201,6 +254,7 @@ def apply(gm, settings, graph_name: str) -> list:
     """Run both passes on ``gm`` as TorchAir would, in place; returns ``(node, Verdict)`` per candidate."""
     fxgraph.stream_labels(gm)
     disabled = {INPLACEABLE: settings.disable_inplaceable_pass, INPUT_MUTATED: settings.disable_input_mutated_pass}
+    check = _event_protected if settings.backend == "npugraph_ex" else (lambda node, users: _one_stream(users))
     graph = _Graph(gm)
     verdicts, rewrites = [], []
 
@@ -208,7 +262,7 @@ def apply(gm, settings, graph_name: str) -> list:
         users = list(dict.fromkeys(u for users in users_per_base for u in users))
         if disabled[switch]:
             verdict = "disabled"
-        elif all(_one_stream(users) for users in users_per_base):
+        elif all(check(node, users) for users in users_per_base):
             verdict = "applied"
         else:
             verdict = "vetoed"

@@ -23,6 +23,7 @@ def _settings(config: CompilerConfig):
 
     if config.mode.value in ("reduce-overhead", "npugraph_ex"):
         import torchair.ops._tagged_event  # noqa: F401  (the air.tagged_event_* ops the passes insert)
+        import torch_npu.dynamo.npugraph_ex  # noqa: F401  (native stream events use the npugraph_ex:: ops)
     return settings_from_config(config, cann_ge_9=_is_gte_cann_version("9.0.0", module="CANN"))
 
 

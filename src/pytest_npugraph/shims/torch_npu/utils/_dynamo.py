@@ -186,6 +186,26 @@ def _patch_builtin_id() -> None:
     builtin.BuiltinVariable.call_id = call_id
 
 
+def _refuse_inductor_for_npu() -> None:
+    """With the npu device interface registered, inductor would start compiling NPU graphs (its
+    joint-graph patterns on npu tensors) before asking for the npu code generators that say it
+    cannot: refuse at its entry instead, with the same message."""
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.__call__
+    if getattr(original, "_npugraph", False):
+        return
+
+    def __call__(self, model_, inputs_):
+        if any(isinstance(t, torch.Tensor) and t.device.type == "npu" for t in inputs_):
+            from torch_npu._accelerator import INDUCTOR_MESSAGE
+
+            raise RuntimeError(INDUCTOR_MESSAGE)
+        return original(self, model_, inputs_)
+
+    __call__._npugraph = True
+    wrapper.__call__ = __call__
+
+
 def _npugraph_ex_backend(gm, example_inputs, **kwargs):
     """``torch.compile(model, backend="npugraph_ex", options={...})``."""
     from torch_npu.dynamo.npugraph_ex import _backend
@@ -215,7 +235,8 @@ def setup() -> None:
     """Apply every step once (each is idempotent on its own)."""
     for name, step in (("trace_rules", _patch_trace_rules), ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
                        ("python_types", _patch_python_types), ("stream_context", _patch_stream_context),
-                       ("builtin_id", _patch_builtin_id), ("backends", _register_backends)):
+                       ("builtin_id", _patch_builtin_id), ("inductor", _refuse_inductor_for_npu),
+                       ("backends", _register_backends)):
         if name not in _DONE:
             step()
             _DONE.add(name)
