@@ -333,3 +333,29 @@ def test_torchair_modes_keep_the_label_only_check_even_with_events(npugraph):
         compile_in("reduce-overhead", _reinplace_block(torch.npu.Stream(), back=True))(
             torch.ones(4, 4, device="npu"), torch.ones(4, 4, device="npu"))
     assert _verdicts(npugraph) == ["vetoed"]
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["no-record_stream", "record_stream"])
+def test_graph_memory_reused_while_the_side_stream_may_read_it(npugraph, record):
+    """``h`` dies on the graph's stream while the side stream may still read it: without
+    ``h.record_stream(side)`` the graph pool hands its memory to the next allocation (a race)."""
+    side = torch.npu.Stream()
+
+    def f(x, w):
+        h = x * 2
+        side.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(side):
+            s = h @ w
+        if record:
+            h.record_stream(side)
+        t = (x + 1) @ w                      # same size as h: takes its memory when h is free
+        torch.npu.current_stream().wait_stream(side)
+        return s + t
+
+    x, w = torch.ones(8, 8, device="npu"), torch.ones(8, 8, device="npu")
+    if record:
+        assert compile_in("npugraph_ex", f)(x, w).cpu().tolist() == [[32.0] * 8] * 8
+        npugraph.assert_clean()
+    else:
+        with npugraph.expect("race", match="changed owner"):
+            compile_in("npugraph_ex", f)(x, w)
