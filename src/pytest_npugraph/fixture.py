@@ -70,9 +70,17 @@ class NpuGraph:
         """Fail unless the block produces a hazard of ``kind`` (message matching ``match``); absorb it."""
         if kind not in KINDS:
             raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
+        from .runtime.executor import DeviceHang
+
         before = {h.key for h in self._hazards.analyze()}
         start = len(self.runtime.trace)
-        yield
+        hang = None
+        try:
+            yield
+        except DeviceHang as exc:           # the device hung: the deadlock hazard says where and why
+            if kind != "deadlock":
+                raise
+            hang = exc
         end = len(self.runtime.trace)
         found = [h for h in self._hazards.analyze()
                  if h.kind == kind and h.key not in self._hazards.absorbed
@@ -81,6 +89,8 @@ class NpuGraph:
         if not found:
             others = [h for h in self._hazards.open() if h.key not in before]
             detail = ("\nother hazards in the block:\n" + format_report(others)) if others else ""
+            if hang is not None:
+                detail += f"\nthe block raised DeviceHang: {hang}"
             pytest.fail(f"npugraph.expect({kind!r}" + (f", match={match!r}" if match else "") +
                         f"): the block produced no such hazard{detail}", pytrace=False)
         self._hazards.absorbed.update(h.key for h in found)

@@ -19,6 +19,7 @@ import torch.distributed.distributed_c10d as c10d
 import torch_npu  # noqa: F401
 from pytest_npugraph import trace as T
 from pytest_npugraph.runtime.collectives import CollectiveError
+from pytest_npugraph.runtime.executor import DeviceHang
 
 pytestmark = pytest.mark.npu_devices(2)
 QUICK = 5.0   # seconds: detection is by state, not by timeout
@@ -41,7 +42,7 @@ def run_failing(npugraph, fn, error=CollectiveError, hazard=None):
     return info.value
 
 
-def test_collectives_issued_in_different_orders_are_a_clear_error_not_a_hang(npugraph):
+def test_one_communicators_collectives_in_different_orders_hang_the_device_not_the_test(npugraph):
     def fn(rank):
         dist.init_process_group("hccl", rank=rank, world_size=2)
         t = torch.ones(4, device="npu")
@@ -51,39 +52,97 @@ def test_collectives_issued_in_different_orders_are_a_clear_error_not_a_hang(npu
         else:
             dist.broadcast(t, src=0)        # order-B
             dist.all_reduce(t)
+        return t.cpu()                      # the host waits: for ever on hardware
 
-    message = str(run_failing(npugraph, fn, hazard="not the same op on every rank"))
-    assert "collective #0 of communicator 'hccl/0' is not the same op on every rank" in message
-    assert f"rank 0 issued all_reduce at tests/distributed/test_failures.py:{line_of('# order-A')}" in message
-    assert f"rank 1 issued broadcast at tests/distributed/test_failures.py:{line_of('# order-B')}" in message
+    message = str(run_failing(npugraph, fn, DeviceHang, hazard="not the same op on every rank"))
+    assert message.startswith("device hang: every rank is blocked or finished (rank 0 the host (read sync")
+    assert "collective #0 of communicator 'hccl/0' is not the same op on every rank: " \
+           f"rank 0 issued all_reduce at tests/distributed/test_failures.py:{line_of('# order-A')}; " \
+           f"rank 1 issued broadcast at tests/distributed/test_failures.py:{line_of('# order-B')}" in message
 
 
-def test_circular_wait_across_communicators_is_detected(npugraph):
+def test_expect_deadlock_absorbs_the_hang(npugraph):
+    def fn(rank):
+        t = torch.ones(4, device="npu")
+        (dist.all_reduce if rank == 0 else dist.barrier)(*((t,) if rank == 0 else ()))
+        return t.cpu()
+
+    with npugraph.expect("deadlock", match="not the same op on every rank"):
+        npugraph.run_ranks(fn)                 # raises DeviceHang, absorbed with its hazard
+    x = torch.ones(2, device="npu") + 1        # the test goes on: the hung work was dropped
+    assert x.cpu().tolist() == [2.0, 2.0]
+
+
+def test_expect_of_another_kind_lets_the_hang_through(npugraph):
+    def fn(rank):
+        if rank == 0:
+            dist.all_reduce(torch.ones(1, device="npu"))
+
+    with npugraph.expect("deadlock"):
+        with pytest.raises(DeviceHang):
+            with npugraph.expect("race"):
+                npugraph.run_ranks(fn)
+
+
+def test_circular_order_across_communicators_on_one_stream_hangs(npugraph):
     def fn(rank):
         dist.init_process_group("hccl", rank=rank, world_size=2)
         first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
         t = torch.ones(2, device="npu")
         for group in ((first, second) if rank == 0 else (second, first)):
             dist.all_reduce(t, group=group)   # circular
+        return t.cpu()
 
-    message = str(run_failing(npugraph, fn, hazard="never issues it"))
+    message = str(run_failing(npugraph, fn, DeviceHang, hazard="can block each other forever"))
     line = line_of("# circular")
-    assert "the ranks wait for each other" in message
-    assert f"rank 0 waits in all_reduce #0 of communicator 'hccl/1' at tests/distributed/test_failures.py:{line} " \
-           f"for rank 1" in message
-    assert f"rank 1 waits in all_reduce #0 of communicator 'hccl/2' at tests/distributed/test_failures.py:{line} " \
-           f"for rank 0" in message
+    for comm in ("hccl/1", "hccl/2"):     # both issued by both ranks, each queued behind the other
+        assert re.search(rf"all_reduce #0 of communicator '{comm}': issued by rank \d at tests/distributed/"
+                         rf"test_failures.py:{line}, rank \d at tests/distributed/test_failures.py:{line}", message)
 
 
-def test_a_rank_that_returns_while_its_peer_waits_is_named(npugraph):
+def test_issue_order_across_communicators_on_separate_streams_is_free(npugraph):
+    """HCCL launches return at once: each card may reach its two communicators' collectives in its
+    own order when they run on streams of their own (the seed's situation, without the cores)."""
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        first, second = dist.new_group([0, 1]), dist.new_group([0, 1])
+        a, b = torch.ones(2, device="npu") * (rank + 1), torch.ones(2, device="npu") * (rank + 3)
+        streams = {first: torch.npu.Stream(), second: torch.npu.Stream()}
+        main = torch.npu.current_stream()
+        for group, t in ((first, a), (second, b)) if rank == 0 else ((second, b), (first, a)):
+            streams[group].wait_stream(main)
+            with torch.npu.stream(streams[group]):
+                dist.all_reduce(t, group=group)
+        for s in streams.values():
+            main.wait_stream(s)
+        return (a * 10).cpu().tolist(), b.cpu().tolist()
+
+    assert npugraph.run_ranks(fn) == [([30.0, 30.0], [7.0, 7.0])] * 2
+    npugraph.assert_clean()
+
+
+def test_a_rank_that_returns_without_a_collective_its_peer_issued(npugraph):
     def fn(rank):
         dist.init_process_group("hccl", rank=rank, world_size=2)
         if rank == 0:
-            dist.all_reduce(torch.ones(1, device="npu"))   # waits
+            dist.all_reduce(torch.ones(1, device="npu"))   # never completes
 
-    message = str(run_failing(npugraph, fn, hazard="never issues it"))
-    assert re.search(r"rank 1 returned from its function without issuing all_reduce #0 of communicator "
-                     rf"'hccl/0', which rank 0 at tests/distributed/test_failures.py:{line_of('# waits')} ", message)
+    message = str(run_failing(npugraph, fn, DeviceHang, hazard="never issues it"))
+    assert message.startswith("device hang: every rank returned with device work that can never run")
+    assert re.search(rf"all_reduce #0 of communicator 'hccl/0': issued by rank 0 at tests/distributed/"
+                     rf"test_failures.py:{line_of('# never completes')}; never issued by rank 1 \(done\)", message)
+
+
+def test_a_rank_waiting_for_a_peer_that_never_issues_is_released_when_the_peer_returns(npugraph):
+    def fn(rank):
+        t = torch.ones(1, device="npu")
+        if rank == 0:
+            dist.all_reduce(t)
+            return t.item()                 # waits for rank 1, which returns
+        return None
+
+    message = str(run_failing(npugraph, fn, DeviceHang, hazard="never issues it"))
+    assert "rank 0 the host (reading the result of aten::_local_scalar_dense)" in message
 
 
 def test_an_exception_in_one_rank_propagates_with_the_rank_named(npugraph):
@@ -91,7 +150,9 @@ def test_an_exception_in_one_rank_propagates_with_the_rank_named(npugraph):
         dist.init_process_group("hccl", rank=rank, world_size=2)
         if rank == 1:
             raise ValueError("bad shard")
-        dist.all_reduce(torch.ones(1, device="npu"))
+        t = torch.ones(1, device="npu")
+        dist.all_reduce(t)
+        return t.cpu()
 
     error = run_failing(npugraph, fn, ValueError, hazard="never issues it")
     assert str(error) == "bad shard"
@@ -118,17 +179,19 @@ def test_split_sizes_that_do_not_pair_up_are_an_error(npugraph):
     assert "rank 1 sends 1 rows to rank 0, which expects 2" in str(run_failing(npugraph, fn))
 
 
-def test_a_rank_blocked_outside_collectives_ends_by_the_groups_timeout(npugraph):
-    """The last resort: no collective state explains the wait, so the process group's timeout does."""
+def test_a_rank_blocked_outside_the_device_ends_by_the_groups_timeout(npugraph):
+    """The last resort: no device state explains the wait, so the process group's timeout does."""
     def fn(rank):
         dist.init_process_group("hccl", rank=rank, world_size=2, timeout=timedelta(seconds=1))
         if rank == 1:
             time.sleep(2)                   # blocked in user code (then aborted, within run_ranks' grace)
-        dist.all_reduce(torch.ones(1, device="npu"))
+        t = torch.ones(1, device="npu")
+        dist.all_reduce(t)
+        return t.cpu()
 
     message = str(run_failing(npugraph, fn, hazard="never issues it"))
-    assert message.startswith("no progress for 1 s: rank 0 waits in all_reduce #0 of communicator 'hccl/0'")
-    assert "for rank 1 (running)" in message
+    assert message.startswith("no progress for 1 s: rank 0 the host (read sync")
+    assert "rank 1 running but issuing nothing" in message
 
 
 def test_a_rank_using_another_ranks_npu_is_an_error(npugraph):

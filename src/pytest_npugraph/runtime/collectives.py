@@ -12,20 +12,22 @@ call to a ``Job`` (one per ``run_ranks`` call), which:
    collectives on each rank, so the analyses pair the members of one collective across
    devices.  Cores come from the ``pytest_npugraph_op_profile`` hook (asked with the short
    name, e.g. ``"reduce_scatter"`` or ``"npu_moe_distribute_dispatch"``, on every call, so a
-   per-test answer is honoured), else the op specs, else ``HCCL_PROFILE``: an AIV-mode
-   collective takes every vector core and holds them while it waits for its peers.
-2. rendezvous: the rank's host thread waits until every member of the communicator issued
-   the same ``(communicator, seq)``; the last to arrive checks that all issued the same op
-   with compatible arguments and computes every member's outputs (the CPU payloads of the
-   NPU tensors) while the others wait.
-3. never hangs: whenever a rank arrives, finishes or fails, the job asks whether every
-   waiting collective can still complete.  Two ranks issuing different ops as one
-   ``(communicator, seq)``, a rank that returned or raised while a peer waits for it, and
-   ranks all waiting in collectives none of which can complete (the order of collectives
-   differs between communicators) are reported at once as a ``CollectiveError`` naming the
-   ranks, ops and the users' lines.  Only a rank stuck outside collectives (in user code)
-   is left to a short timeout (``NPUGRAPH_COLLECTIVE_TIMEOUT``, default 30 s without any
-   recorded activity, or the process group's own ``timeout`` when shorter).
+   per-test answer is honoured), else the op specs (MC2 ops: vector cores), else its
+   communicator's HCCL expansion mode (``hccl_modes.py``): only an AIV-mode collective takes
+   vector cores (every one, held while it waits for its peers).
+2. asynchrony: as HCCL's launch, issuing returns at once; the collective is a task queued on
+   the rank's stream (executor.py) that completes when every member issued the same op as
+   that ``(communicator, seq)`` and each member's task heads its stream: then its math runs
+   on the CPU payloads of every member (arguments that disagree raise ``CollectiveError``).
+   Issue order across communicators and streams is free.
+3. never waits on a hang: a host waits only in synchronize, host reads and blocking copies.
+   When every rank is blocked there or has returned and nothing can run (a member that never
+   issues a collective, one communicator's collectives in different orders on two ranks, a
+   rank that raised), the ranks end with ``DeviceHang`` (on hardware: a hang until the HCCL
+   timeout), which ``npugraph.expect("deadlock")`` absorbs with the ``deadlock`` hazard the
+   trace shows; so does work still queued when every rank returned.  Only a rank stuck
+   outside the device (in user code) is left to a timeout (``NPUGRAPH_COLLECTIVE_TIMEOUT``,
+   default 30 s without any recorded activity).
 
 Trace conventions (read by analysis/taskgraph.py, cores.py, deadlock.py): the runtime's
 ``DeviceCores`` per device; one
@@ -47,11 +49,11 @@ import torch
 
 from .. import trace as T
 from .._context import CONTEXT
-from . import profiles
+from . import hccl_modes, profiles
 from .callsite import user_site
+from .executor import DeviceHang, Item
 from .tensor import NpuTensor, span, wrap
 
-HCCL_PROFILE = {"kind": "HCCL", "vector": "all", "all_resident": True}
 DEFAULT_TIMEOUT = float(os.environ.get("NPUGRAPH_COLLECTIVE_TIMEOUT", "30"))
 _POLL = 0.25          # seconds between a waiting rank's looks at the clock (the last resort)
 _GRACE = 2.0          # seconds run_ranks gives the other ranks once the job has failed
@@ -75,6 +77,7 @@ class Communicator:
     torch_name: str       # torch.distributed's group name ("0", "1", ...)
     members: tuple        # the rank (thread / device) of each group rank
     timeout: float
+    mode: str = "HOST"    # HCCL op expansion mode of its collectives (hccl_modes.py)
 
 
 @dataclass(eq=False)
@@ -100,6 +103,9 @@ class Pending:
     seq: int
     op: str
     calls: dict = field(default_factory=dict)   # group rank -> Call
+    items: dict = field(default_factory=dict)   # group rank -> its executor.Item (queued on its stream)
+    streams: dict = field(default_factory=dict)  # group rank -> sid
+    mismatched: list = field(default_factory=list)  # calls of another op under the same (comm, seq)
     done: bool = False
 
     def describe(self) -> str:
@@ -126,9 +132,10 @@ class Job:
         self.size = size
         self.label = label                  # "" for the first job of a test, "@2", ...
         self.bound_devices = bound_devices  # rank r's collectives take tensors on npu:r
-        self.cond = threading.Condition()
-        self.status = ["running"] * size    # running | waiting | done | failed
-        self.waiting: dict = {}             # rank -> Pending
+        self.cond = runtime.executor.cond   # one lock for device work and the ranks' host waits
+        self.status = ["running"] * size    # running | blocked | done | failed
+        self.blocked_at: dict = {}          # rank -> what its host waits in
+        self.blocked_until: dict = {}       # rank -> the condition that ends its wait
         self.pending: dict = {}             # (comm name, seq) -> Pending
         self.comms: dict = {}               # comm name -> Communicator
         self.incarnations: dict = {}        # (rank, torch group name) -> times created
@@ -137,7 +144,8 @@ class Job:
         self.events = 0                     # rendezvous activity, for the stall clock
 
     # -- communicators
-    def communicator(self, rank: int, torch_name: str, members: tuple, timeout: float) -> Communicator:
+    def communicator(self, rank: int, torch_name: str, members: tuple, timeout: float,
+                     mode: str = "HOST") -> Communicator:
         """The communicator of group ``torch_name`` as rank ``rank`` creates it (collectively:
         every member creates its groups in the same order, so the n-th creation matches)."""
         with self.cond:
@@ -147,7 +155,7 @@ class Job:
             name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
             comm = self.comms.get(name)
             if comm is None:
-                comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout)
+                comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout, mode)
                 devices = tuple(sorted(set(comm.members)))
                 self.runtime.marker(T.GroupCreated, group=name, devices=devices, site=user_site(4))
             elif comm.members != tuple(members):
@@ -162,8 +170,9 @@ class Job:
 
     # -- collectives
     def issue(self, comm: Communicator, rank: int, call: Call) -> None:
-        """Record ``call`` on the rank's current stream and wait until the collective
-        completed on every member (its outputs then hold the results)."""
+        """Record ``call`` on the rank's current stream and queue it there: it completes (its
+        outputs then hold the results) once every member issued it and stands at the head of its
+        stream (executor.py); the host goes on at once, as HCCL's launch returns."""
         rt = self.runtime
         device = _device_of(call, rank if self.bound_devices else rt.current_device())
         if self.bound_devices and device != rank:
@@ -173,7 +182,7 @@ class Job:
         if stream.capture is not None:
             raise NotImplementedError(
                 f"{call.op}: collectives inside NPU graph capture are not emulated by pytest-npugraph")
-        cores = op_cores(call.kernel, rt.devices[device])
+        cores = op_cores(call.kernel, rt.devices[device], comm.mode)
         call.thread = rank
         call.rank = comm.members.index(rank)
         call.site = user_site(3)
@@ -183,130 +192,148 @@ class Job:
             self.seqs[(comm.name, rank)] = seq + 1
         reads = [s for s in map(span, call.inputs) if s is not None]
         writes = [s for s in map(span, call.outputs) if s is not None]
-        rt.kernel(stream, call.kernel, reads, writes, cores=cores, site=call.site, collective=(comm.name, seq))
+        kseq = rt.kernel(stream, call.kernel, reads, writes, cores=cores, site=call.site,
+                         collective=(comm.name, seq))
         with self.cond:
             self._check_failed()
             key = (comm.name, seq)
             p = self.pending.get(key)
             if p is None:
                 p = self.pending[key] = Pending(comm, seq, call.op)
-            elif p.op != call.op:
-                raise self._fail(self._mismatch(p, call))
-            p.calls[call.rank] = call
+            if p.op != call.op:
+                p.mismatched.append(call)   # the device hangs (deadlock analysis: collective_mismatch)
+            else:
+                p.calls.setdefault(call.rank, call)
+            p.streams[call.rank] = stream.sid
             self.events += 1
-            if len(p.calls) == len(comm.members):
-                self._complete(p)
-                return
-            self.status[rank] = "waiting"
-            self.waiting[rank] = p
-            try:
-                self._wait(p, rank)
-            finally:
-                self.waiting.pop(rank, None)
-                if self.status[rank] == "waiting":
-                    self.status[rank] = "running"
+            item = Item(kseq, lambda: self._complete(p), lambda: self._ready(p),
+                        f"{p.describe()} issued by rank {rank} at {call.site}")
+            p.items.setdefault(call.rank, item)
+            rt.executor.enqueue(stream.sid, item)
+
+    def _ready(self, p: Pending) -> bool:
+        """Every member issued the same op and its item heads its stream's queue."""
+        if p.done or p.mismatched or len(p.items) < len(p.comm.members):
+            return False
+        ex = self.runtime.executor
+        return all(ex.head(p.streams[r]) is item for r, item in p.items.items())
 
     def _complete(self, p: Pending) -> None:
         calls = [p.calls[r] for r in range(len(p.comm.members))]
-        del self.pending[(p.comm.name, p.seq)]
+        self.pending.pop((p.comm.name, p.seq), None)
+        p.done = True
+        ex = self.runtime.executor
+        for r, sid in p.streams.items():      # the other members leave their queues with it
+            item = p.items.get(r)
+            if item is not None:
+                ex.pop_head(sid, item)
         try:
             MATH[p.op](calls)
         except CollectiveError as exc:
             raise self._fail(CollectiveError(f"{p.describe()}: {exc}\n  " +
                                              "\n  ".join(c.where() for c in calls))) from None
-        p.done = True
         p.calls = {}    # each rank's tensors die in its own thread (the allocator is per device)
-        for c in calls:                      # the waiters are running again from now on
-            if self.waiting.get(c.thread) is p:
-                del self.waiting[c.thread]
-                self.status[c.thread] = "running"
         self.cond.notify_all()
 
-    def _wait(self, p: Pending, rank: int) -> None:
-        self._check_stuck()
-        timeout = min(DEFAULT_TIMEOUT, p.comm.timeout)
-        seen, since = self._activity(), time.monotonic()
-        while not p.done:
+    # -- host waits inside the ranks
+    def host_wait(self, rank: int, until, what: str) -> None:
+        """Rank ``rank``'s host blocks until ``until()``; other ranks may release it.  When every
+        rank is blocked or finished and nothing can run, the device hangs: ``DeviceHang``."""
+        ex = self.runtime.executor
+        clock = [self._activity(), time.monotonic()]
+
+        def blocked():
             self._check_failed()
-            self.cond.wait(_POLL)
-            if p.done:
-                break
+            self.status[rank] = "blocked"
+            self.blocked_at[rank] = what
+            self.blocked_until[rank] = until
+            if all(s != "running" for s in self.status) and not any(u() for u in self.blocked_until.values()):
+                raise self._fail(self._hang())   # (a blocked rank whose wait is over has not woken yet)
             now, activity = time.monotonic(), self._activity()
-            if activity != seen:
-                seen, since = activity, now
-            elif now - since > timeout:
-                raise self._fail(self._stalled(timeout))
+            if activity != clock[0]:
+                clock[0], clock[1] = activity, now
+            elif now - clock[1] > self._timeout():
+                raise self._fail(self._stalled(self._timeout()))
+        try:
+            ex.wait(until, blocked, what)
+        finally:
+            with self.cond:
+                if self.status[rank] == "blocked":
+                    self.status[rank] = "running"
+                self.blocked_at.pop(rank, None)
+                self.blocked_until.pop(rank, None)
+
+    def _timeout(self) -> float:
+        """Seconds without progress before a blocked rank gives up: the shortest process group
+        timeout, at most ``NPUGRAPH_COLLECTIVE_TIMEOUT``."""
+        return min([DEFAULT_TIMEOUT] + [c.timeout for c in self.comms.values()])
 
     def _activity(self) -> tuple:
-        return (self.events, len(self.runtime.trace))
+        return (self.events, len(self.runtime.trace), self.runtime.executor.progress)
 
     # -- ranks
     def finish(self, rank: int, failed: bool) -> None:
         with self.cond:
             self.status[rank] = "failed" if failed else "done"
             self.events += 1
-            self._check_stuck()
             self.cond.notify_all()
+
+    def leftover(self) -> Optional["DeviceHang"]:
+        """After every rank returned: device work that can never run (a hang on hardware)."""
+        ex = self.runtime.executor
+        with self.cond:
+            ex.drain()
+            if self.failure is None and ex.pending():
+                return self._fail(self._hang(finished=True))
+        return None
 
     # -- failure detection
     def _check_failed(self) -> None:
         if self.failure is not None:
             raise CollectiveAborted(f"aborted: another rank ended the job: {self.failure}")
 
-    def _fail(self, error: CollectiveError) -> CollectiveError:
+    def _fail(self, error: Exception) -> Exception:
         if self.failure is None:
             self.failure = error
         self.cond.notify_all()
         return error
 
-    def _check_stuck(self) -> None:
-        """Fail the job if a waiting collective can never complete (called under the lock)."""
-        if self.failure is not None:
-            return
-        for p in list(self.waiting.values()):
-            gone = [t for t in p.missing() if self.status[t] in ("done", "failed")]
-            if gone:
-                self._fail(self._abandoned(p, gone))
-                return
-        if self.waiting and "running" not in self.status:
-            self._fail(self._circular())
-
     # -- messages
-    def _waiters(self, p: Pending) -> str:
-        return ", ".join(f"rank {c.thread} at {c.site}" for c in p.calls.values())
+    def _stuck(self) -> list:
+        """One line per collective that cannot complete: who issued it, who did not, and what else
+        was issued under its (communicator, seq)."""
+        lines = []
+        for p in sorted(self.pending.values(), key=lambda p: (p.comm.name, p.seq)):
+            if p.mismatched:
+                issued = "; ".join(c.where() for c in sorted(list(p.calls.values()) + p.mismatched,
+                                                             key=lambda c: c.thread))
+                lines.append(f"collective #{p.seq} of communicator {p.comm.name!r} is not the same op on every "
+                             f"rank: {issued}")
+                continue
+            issued = ", ".join(f"rank {c.thread} at {c.site}" for c in p.calls.values())
+            line = f"{p.describe()}: issued by {issued}"
+            missing = [t for r, t in enumerate(p.comm.members) if r not in p.calls]
+            if missing:
+                line += "; never issued by " + ", ".join(f"rank {t} ({self.status[t]})" for t in missing)
+            lines.append(line)
+        return lines
 
-    def _mismatch(self, p: Pending, call: Call) -> CollectiveError:
-        issued = "; ".join(c.where() for c in list(p.calls.values()) + [call])
-        return CollectiveError(
-            f"collective #{p.seq} of communicator {p.comm.name!r} is not the same op on every rank: {issued}. "
-            f"HCCL pairs a communicator's collectives by issue order, so on hardware these ranks would hang "
-            f"(or exchange the wrong buffers). Issue the same collectives in the same order on every rank.")
-
-    def _abandoned(self, p: Pending, gone: list) -> CollectiveError:
-        how = " and ".join(f"rank {t} " + ("raised an exception" if self.status[t] == "failed"
-                                           else "returned from its function") for t in gone)
-        return CollectiveError(
-            f"{how} without issuing {p.describe()}, which {self._waiters(p)} wait(s) in. On hardware "
-            f"the waiting rank(s) would hang until the HCCL timeout. Every member of a group must issue "
-            f"each of its collectives.")
-
-    def _waits(self, with_status: bool = False) -> str:
-        """``rank 0 waits in all_reduce #3 of communicator 'hccl/0' at x.py:7 for rank 1; ...``"""
-        def peer(t):
-            return f"rank {t} ({self.status[t]})" if with_status else f"rank {t}"
-        return "; ".join(f"rank {rank} waits in {p.describe()} at {p.calls[p.comm.members.index(rank)].site} for "
-                         + ", ".join(map(peer, p.missing())) for rank, p in sorted(self.waiting.items()))
-
-    def _circular(self) -> CollectiveError:
-        return CollectiveError(
-            f"collectives that can never complete, the ranks wait for each other: {self._waits()}. On hardware "
-            f"this hangs: a rank blocks in a collective until its peers issue it, and they block in others "
-            f"first. Issue collectives in one order on every rank, across communicators too.")
+    def _hang(self, finished: bool = False) -> DeviceHang:
+        waits = "; ".join(f"rank {r} {what}" for r, what in sorted(self.blocked_at.items()))
+        stuck = self._stuck() or [self.runtime.executor.describe_stuck()]
+        when = ("every rank returned with device work that can never run" if finished else
+                f"every rank is blocked or finished ({waits})")
+        return DeviceHang(
+            f"device hang: {when}. Stuck: " + " | ".join(stuck) + ". On hardware the ranks would wait until "
+            f"the HCCL timeout: a communicator pairs its collectives by issue order, so every member must issue "
+            f"each of them, in the same order (the deadlock report names the lines).")
 
     def _stalled(self, timeout: float) -> CollectiveError:
+        waits = "; ".join(f"rank {r} {what}" for r, what in sorted(self.blocked_at.items()))
+        running = ", ".join(f"rank {r}" for r, s in enumerate(self.status) if s == "running")
         return CollectiveError(
-            f"no progress for {timeout:g} s: {self._waits(with_status=True)}. The ranks it waits for are running "
-            f"but issue nothing (blocked outside torch.distributed?). Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
+            f"no progress for {timeout:g} s: {waits}; {running} running but issuing nothing (blocked outside "
+            f"torch.distributed?). Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
 
 
 # ------------------------------------------------------------------------- run_ranks
@@ -363,9 +390,13 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
             for t in threads:
                 t.start()
             _join(job, threads)
+        if job.failure is None and not any(o.error for o in outcomes):
+            job.leftover()
     finally:
         if collecting:
             gc.enable()
+        if isinstance(job.failure, DeviceHang):
+            runtime.executor.abandon()     # the hung work is reported; the test goes on without it
     return _results(job, outcomes)
 
 
@@ -383,7 +414,8 @@ def _join(job: Job, threads: list) -> None:
 
 def _results(job: Job, outcomes: list) -> list:
     errors = sorted((o.when, rank, o.error) for rank, o in enumerate(outcomes)
-                    if o.error is not None and not isinstance(o.error, CollectiveAborted))
+                    if o.error is not None and not isinstance(o.error, CollectiveAborted)
+                    and o.error is not job.failure)
     if errors:
         _, rank, error = errors[0]
         note = f"(raised in rank {rank} (npu:{rank}) of npugraph.run_ranks)"
@@ -397,15 +429,21 @@ def _results(job: Job, outcomes: list) -> list:
 
 
 # ----------------------------------------------------------------------------- profile
-def op_cores(op: str, device) -> T.OpCores:
+def op_cores(op: str, device, mode: Optional[str] = None) -> T.OpCores:
     """Cores of collective ``op`` ("hccl::all_reduce"): the users' hook (asked on every call),
-    else the custom-op specs, else ``HCCL_PROFILE``."""
+    else the custom-op specs (MC2 ops: vector cores), else what its communicator's HCCL
+    expansion ``mode`` takes (hccl_modes.py; None: the chip's default mode)."""
     name = op.split("::")[-1]
     spec = CONTEXT.op_profile(name)
     if spec is None:
         from .ops import library
 
-        spec = library.cores_of(name) or HCCL_PROFILE
+        spec = library.cores_of(name)
+    if spec is None and name in MC2_OPS:
+        spec = hccl_modes.MC2_PROFILE
+    if spec is None:
+        chip = device.profile.name
+        spec = hccl_modes.profile(name, mode or hccl_modes.default_mode(chip), chip)
     return profiles.to_cores(spec, device)
 
 

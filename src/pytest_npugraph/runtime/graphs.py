@@ -211,8 +211,10 @@ class CapturedGraph:
                     rt._wait_now(task[2], s, task[3])
 
     def replay(self, rt, stream) -> None:
+        """Recompute the graph's values (when the replay stream gets there: executor.py) and append
+        its tasks to the trace."""
         self.replays += 1
-        self.run()
+        rt.executor.submit(stream.sid, len(rt.trace.records), self.run, what=f"replay of {self.graph.label}")
         self.emit(rt, stream, self.graph.replayed(self.replays))
 
 

@@ -15,6 +15,7 @@ from .. import trace as T
 from .._context import CONTEXT
 from .callsite import user_site
 from .device import Device
+from .executor import Executor
 from .stash import Stash, ThreadState
 from .streams import EventState, StreamState
 
@@ -29,6 +30,8 @@ class Runtime:
         self.lock = threading.RLock()
         self._threads = threading.local()     # .state: this thread's ThreadState in this test
         self.stash = Stash()                  # per-test state of long-lived objects (stash.py)
+        self.executor = Executor(self.lock, getattr(config, "schedule", "program"),
+                                 getattr(config, "schedule_seed", 0))   # when device work runs
         self.stream_marks: dict = {}     # sid -> seq of the latest record issued on it
         self.host_known: dict = {}       # sid -> mark the host knows completed
         self.freed_ranges: dict = {}     # device -> sorted list of (lo, hi, bid) of freed blocks
@@ -155,6 +158,7 @@ class Runtime:
             event.record_mark = seq
             event.waits_since_record = 0
             event.stamp()
+            self.executor.submit(stream.sid, seq, what=f"record of {event.label}")
 
     def wait_event(self, event: EventState, stream: StreamState, site=None) -> None:
         site = site or self.site_hint() or user_site(3)
@@ -170,12 +174,20 @@ class Runtime:
             self._append(T.EventWait(seq, stream.sid, event.eid, site))
             self.stream_marks[stream.sid] = seq
             event.waits_since_record += 1
+            ready = None
+            if event.recorded:
+                ex, sid, mark = self.executor, event.record_stream, event.record_mark
+                if not ex.done(sid, mark):
+                    ready = lambda: ex.done(sid, mark)   # noqa: E731
+            self.executor.submit(stream.sid, seq, ready=ready, what=f"wait for {event.label} at {site}")
 
     def host_sync(self, what: str, *, device: int = 0, stream: Optional[StreamState] = None,
                   event: Optional[EventState] = None, site=None) -> None:
+        site = site or user_site(3)
+        self.host_wait(self.synced(what, device, stream, event), f"the host ({what} sync at {site})")
         with self.lock:
             self._append(T.HostSync(self._seq(), what, device, stream.sid if stream else None,
-                                    event.eid if event else None, site or user_site(3)))
+                                    event.eid if event else None, site))
             if what == "device":
                 for s in self.devices[device].streams.values():
                     self._learn(s.sid, self.stream_marks.get(s.sid, -1))
@@ -183,6 +195,32 @@ class Runtime:
                 self._learn(stream.sid, self.stream_marks.get(stream.sid, -1))
             elif event is not None and event.recorded:
                 self._learn(event.record_stream, event.record_mark)
+
+    def synced(self, what: str, device: int = 0, stream: Optional[StreamState] = None,
+               event: Optional[EventState] = None):
+        """``until()`` of a host sync: the device's streams, the stream, or the event's record ran."""
+        ex = self.executor
+        if what == "device":
+            sids = [s.sid for s in self.devices[device].streams.values()]
+            return lambda: all(ex.idle(sid) for sid in sids)
+        if stream is not None:
+            return lambda: ex.idle(stream.sid)
+        if event is not None and event.recorded:
+            sid, mark = event.record_stream, event.record_mark
+            return lambda: ex.done(sid, mark)
+        return lambda: True
+
+    def host_wait(self, until, what: str = "the host") -> None:
+        """Block this host thread until ``until()`` (device work ran): at once if it holds; inside
+        ``run_ranks`` other ranks may release it; work that can never run raises ``DeviceHang``."""
+        if until():
+            return
+        bound = self.thread().rank
+        if bound is None:
+            self.executor.wait(until, None, what)
+        else:
+            job, rank = bound
+            job.host_wait(rank, until, what)
 
     def _learn(self, sid: int, mark: int) -> None:
         if mark > self.host_known.get(sid, -1):

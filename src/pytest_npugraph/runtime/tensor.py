@@ -297,8 +297,10 @@ def dispatch(func, args, kwargs):
     return _run(func, plan, args, kwargs)
 
 
-def _run(func, plan, args, kwargs):
-    """Run an op on the payloads and record it as a task (the common path)."""
+def _run(func, plan, args, kwargs, now=False):
+    """Run an op on the payloads and record it as a task (the common path).  When its stream has
+    work queued (executor.py), the op computes its outputs' shapes now and its values when its
+    turn comes (``now``: the host needs the values at once, so it first waits for the stream)."""
     reads, writes, inputs = [], [], []
     for i, name, kwarg_only, is_write in plan.args:
         value = kwargs.get(name) if kwarg_only or i >= len(args) else args[i]
@@ -317,19 +319,21 @@ def _run(func, plan, args, kwargs):
     if inputs:
         _no_host_tensors(plan, args, kwargs, inputs[0].device)
     uargs, ukwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
-    capture = current().current_stream(device).capture
+    rt = current()
+    stream = rt.current_stream(device)
+    capture = stream.capture
     if capture is not None and writes and not plan.metadata_inplace:
         capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
     before = [t._block for t in writes]
-    kernel = func
-    try:
-        out = func(*uargs, **ukwargs)
-    except RuntimeError as error:   # a dtype the NPU kernel has and the CPU one lacks: widen
-        gap = cpu_gaps.gap_dtype(func, error)
-        if gap is None:
-            raise
-        kernel = cpu_gaps.widened(func, gap)
-        out = kernel(*uargs, **ukwargs)
+    deferred = None
+    if capture is None and rt.executor.deferred(stream.sid) and not (plan.metadata_only or plan.metadata_inplace):
+        if now:
+            rt.host_wait(rt.synced("stream", stream=stream), f"the host (reading the result of {plan.name})")
+            kernel, out = _compute(func, uargs, ukwargs)
+        else:
+            kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes)
+    else:
+        kernel, out = _compute(func, uargs, ukwargs)
     fresh: list = []
     for t in writes:
         _sync_metadata(t)
@@ -342,8 +346,52 @@ def _run(func, plan, args, kwargs):
     if plan.metadata_only or (plan.metadata_inplace and not writes):
         _inherit_graph_call(inputs, result)
         return result
-    _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out))
+    seq = _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out))
+    if deferred is not None:
+        rt.executor.submit(stream.sid, seq, deferred, what=f"{plan.name} at {user_site(2)}")
     return result
+
+
+def _compute(func, uargs, ukwargs):
+    """``(kernel, out)``: run the op on the payloads; a dtype the NPU kernel has and the CPU one
+    lacks is widened (cpu_gaps), and ``kernel`` is what computed it (replays use the same)."""
+    try:
+        return func, func(*uargs, **ukwargs)
+    except RuntimeError as error:
+        gap = cpu_gaps.gap_dtype(func, error)
+        if gap is None:
+            raise
+        kernel = cpu_gaps.widened(func, gap)
+        return kernel, kernel(*uargs, **ukwargs)
+
+
+def _issue_later(rt, stream, func, uargs, ukwargs, writes):
+    """Compute ``func``'s outputs now for their shapes (inputs may not hold their values yet; its
+    writes to existing memory are undone) and return them with the step that computes the values
+    into them when the stream gets there.  If the early run fails on not-yet-computed inputs, the
+    host waits for the stream instead (then the values are right at once)."""
+    saved = [(s, s.clone()) for s in {id(t._payload.untyped_storage()): t._payload.untyped_storage()
+                                     for t in writes}.values()]
+    try:
+        kernel, out = _compute(func, uargs, ukwargs)
+    except Exception:  # noqa: BLE001 - stale inputs (indices, sizes): compute it for real instead
+        for storage, copy in saved:
+            storage.copy_(copy)
+        rt.host_wait(rt.synced("stream", stream=stream), "the host (an op whose inputs are not computed yet)")
+        return (*_compute(func, uargs, ukwargs), None)
+    for storage, copy in saved:
+        storage.copy_(copy)
+    from .graphs import replay_step
+
+    fn, a, kw, dst = replay_step(kernel, uargs, ukwargs, out)
+
+    def run():
+        result = fn(*a, **kw)
+        if dst is not None:
+            for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
+                if d is not None and d is not r:
+                    d.copy_(r)
+    return kernel, out, run
 
 
 def _sync_metadata(t: NpuTensor) -> None:
@@ -391,9 +439,10 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
     site = rt.site_hint() or user_site(3)
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
-        return
+        return None
     note_output_reads(rt, reads + writes, site)
-    rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]), site=site)
+    return rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
+                     site=site)
 
 
 def note_output_reads(rt, tensors, site) -> None:
@@ -448,13 +497,12 @@ def _to_copy(func, plan, args, kwargs):
     target = kwargs.get("device")
     if target is not None and torch.device(target).type != NPU:
         rt = current()
-        if not _is_fake(src._payload):
-            if kwargs.get("non_blocking"):
-                _launch(plan.name + " (D2H)", src.device.index, [src], [])
-            else:
-                read_to_host(rt, src, plan.name + " (D2H)")
         kw = dict(kwargs)
         kw.pop("non_blocking", None)
+        if not _is_fake(src._payload):
+            if kwargs.get("non_blocking"):
+                return _copy_to_host_later(rt, plan.name, src, lambda: func(src._payload, **kw))
+            read_to_host(rt, src, plan.name + " (D2H)")
         return func(src._payload, **kw)
     if target is not None:
         index = torch.device(target).index
@@ -469,24 +517,49 @@ def _copy(func, plan, args, kwargs):
         return _run(func, plan, args, kwargs)
     rt = current()
     if isinstance(dst, NpuTensor):          # host to device
-        capture = None if _is_fake(dst._payload) else rt.current_stream(dst.device.index).capture
+        stream = None if _is_fake(dst._payload) else rt.current_stream(dst.device.index)
+        capture = None if stream is None else stream.capture
         if capture is not None:
             capture.preserve([dst])
-        dst._payload.copy_(src)
-        if not _is_fake(dst._payload):
-            _launch(plan.name + " (H2D)", dst.device.index, [], [dst],
-                    replay=(func, (dst._payload, src), {}, dst._payload))
+        later = stream is not None and capture is None and rt.executor.deferred(stream.sid)
+        if later and not non_blocking:       # a blocking copy runs in stream order, the host waiting
+            rt.host_wait(rt.synced("stream", stream=stream), f"the host (blocking copy at {user_site(2)})")
+            later = rt.executor.deferred(stream.sid)
+        if not later:
+            dst._payload.copy_(src)
+        if stream is not None:
+            seq = _launch(plan.name + " (H2D)", dst.device.index, [], [dst],
+                          replay=(func, (dst._payload, src), {}, dst._payload))
+            if later:                        # the device reads the host memory when it gets there
+                payload = dst._payload
+                rt.executor.submit(stream.sid, seq, lambda: payload.copy_(src), what=f"H2D copy at {user_site(2)}")
             if not non_blocking:
-                rt.host_sync("stream", device=dst.device.index, stream=rt.current_stream(dst.device.index),
-                             site=user_site(2))
+                rt.host_sync("stream", device=dst.device.index, stream=stream, site=user_site(2))
         return dst
     if not _is_fake(src._payload):           # device to host
         if non_blocking:
-            _launch(plan.name + " (D2H)", src.device.index, [src], [])
-        else:
-            read_to_host(rt, src, plan.name + " (D2H)")
+            _copy_to_host_later(rt, plan.name, src, lambda: dst.copy_(src._payload), fresh=False)
+            return dst
+        read_to_host(rt, src, plan.name + " (D2H)")
     dst.copy_(src._payload)
     return dst
+
+
+def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
+    """A non_blocking device-to-host copy: a task on the stream; ``copy()`` runs when it does (at
+    once if nothing is queued ahead of it).  Returns what the first ``copy()`` returned; ``fresh``:
+    ``copy()`` makes a new tensor each time, whose values the queued copy puts into the first."""
+    stream = rt.current_stream(src.device.index)
+    seq = _launch(name + " (D2H)", src.device.index, [src], [])
+    if not rt.executor.deferred(stream.sid):
+        return copy()
+    result = copy()                           # shape and dtype now, values when the copy runs
+    if fresh:
+        target = result
+        rt.executor.submit(stream.sid, seq, lambda: target.copy_(copy()), what=f"D2H copy at {user_site(3)}")
+    else:
+        rt.executor.submit(stream.sid, seq, copy, what=f"D2H copy at {user_site(3)}")
+    return result
 
 
 @outside_dynamo
@@ -502,7 +575,7 @@ def copy_from_kernel(src, dst, non_blocking=False):
 
 def _host_read(func, plan, args, kwargs):
     """Ops whose result (a scalar or a data-dependent shape) the host must wait for."""
-    result = _run(func, plan, args, kwargs)
+    result = _run(func, plan, args, kwargs, now=True)
     inputs = [t for v in args for t in _npu_tensors(v)]
     if inputs and not _is_fake(inputs[0]._payload):
         rt = current()

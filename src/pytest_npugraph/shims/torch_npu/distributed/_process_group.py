@@ -19,6 +19,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from pytest_npugraph.runtime import collectives as C
+from pytest_npugraph.runtime import hccl_modes
 from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
@@ -233,8 +234,9 @@ def create(dist_backend_opts, backend_options):
     members = tuple(ranks) if ranks else tuple(range(size))
     timeout = dist_backend_opts.timeout
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
-    comm = job.communicator(thread, str(dist_backend_opts.group_id), members, seconds)
     options = backend_options if isinstance(backend_options, ProcessGroupHCCL.Options) else ProcessGroupHCCL.Options()
+    mode = hccl_modes.communicator_mode(job.runtime.devices[0].profile.name, options.hccl_config)
+    comm = job.communicator(thread, str(dist_backend_opts.group_id), members, seconds, mode)
     options._timeout = timeout
     options.global_ranks_in_group = ranks
     options.group_id = dist_backend_opts.group_id

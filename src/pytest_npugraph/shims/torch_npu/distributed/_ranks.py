@@ -9,7 +9,10 @@
   with per-thread variables on top while the ranks run; writes in a rank thread stay there);
 * an in-process rendezvous: ``env://``, ``tcp://`` and ``file://`` init methods yield one
   shared ``HashStore`` instead of opening sockets or files, with the rank and world size
-  from the arguments, else the (per-thread) environment.
+  from the arguments, else the (per-thread) environment;
+* a default ``hccl`` group on demand: a rank function that uses ``torch.distributed`` without
+  calling ``init_process_group`` gets one (rank r of world size = the emulated devices) at its
+  first use, so both styles work.
 
 Everything is undone when the ranks end (also ``sys.excepthook``, which each
 ``init_process_group`` wraps); the groups a rank left are destroyed in its thread.
@@ -138,12 +141,27 @@ def _in_process(job, store, original):
     return handler
 
 
+def _default_group_on_demand(job, original):
+    """c10d's ``_get_default_group`` that, in a rank thread of ``job`` whose function did not call
+    ``init_process_group``, first initialises the default ``hccl`` group (rank r of world size
+    ``job.size``), as a torchrun-launched script's launcher environment would let it: both styles,
+    with and without ``init_process_group`` in the rank function, work."""
+    def get_default_group():
+        bound = C.binding()
+        if bound is not None and bound[0] is job and not c10d.is_initialized():
+            dist.init_process_group("hccl", rank=bound[1], world_size=job.size)
+        return original()
+    get_default_group.__wrapped__ = original
+    return get_default_group
+
+
 class RankContext:
     """``collectives.run_ranks``'s ``context``: the job-wide and the per-rank setup."""
 
     @contextlib.contextmanager
     def __call__(self, job):
         saved_world, saved_environ, saved_hook = c10d._world, os.environ, sys.excepthook
+        saved_default = c10d._get_default_group
         saved_handlers = {s: rdzv._rendezvous_handlers.get(s) for s in _SCHEMES}
         store = dist.HashStore()
         c10d._world = _ThreadLocalWorld()
@@ -152,9 +170,11 @@ class RankContext:
             if original is not None:
                 rdzv._rendezvous_handlers[scheme] = _in_process(job, store, original)
         os.environ = _RankEnviron(saved_environ)
+        c10d._get_default_group = _default_group_on_demand(job, saved_default)
         try:
             yield
         finally:
+            c10d._get_default_group = saved_default
             sys.excepthook = saved_hook   # init_process_group wraps it with a "[rank0]" prefix
             os.environ = saved_environ
             rdzv._rendezvous_handlers.update({s: h for s, h in saved_handlers.items() if h is not None})
