@@ -12,7 +12,10 @@ def pytest_npugraph_op_profile(op_name):
 
 
 def pytest_npugraph_register_ops(registry):
-    """Add CPU implementations of custom ops: ``registry.register(name, schema, impl, cores=None)``."""
+    """Add CPU implementations of custom ops: ``registry.register(name, schema, impl, cores=None)``.
+
+    Registering an op torch_npu already has (with its real schema) replaces the emulator's kernel.
+    """
 
 
 def pytest_npugraph_hazard(item, hazard):

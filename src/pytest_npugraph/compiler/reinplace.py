@@ -41,17 +41,15 @@ from typing import Optional
 
 import torch
 
+from ..runtime.ops import registry as ops_registry
 from ..trace import ReinplaceVerdict as Verdict
 from . import fxgraph
 
 INPLACEABLE = "disable_reinplace_inplaceable_ops_pass"
 INPUT_MUTATED = "disable_reinplace_input_mutated_ops_pass"
 # TorchAir's ``register_inplaceable_npu_op`` table: functional op -> (in-place op, mutated arg indices).
-MULTI_INPLACE = {
-    "npu_kv_rmsnorm_rope_cache_v2_functional": ("npu_kv_rmsnorm_rope_cache_v2", (5, 6)),
-    "npu_mla_prolog_v3_functional": ("npu_mla_prolog_v3", (9, 10)),
-    "npu_add_rms_norm_v2_functional": ("npu_add_rms_norm_v2", (0, 1)),
-}
+# Read off the op specs (``OpSpec.reinplace``).
+MULTI_INPLACE = ops_registry.multi_inplace()
 
 
 def _label(node) -> str:

@@ -219,6 +219,14 @@ class CapturedGraph:
 
 
 # -------------------------------------------------------------------- pools
+def updatable_ops() -> tuple:
+    """Names of the ops whose arguments a capture with ``auto_dispatch_capture=True`` records for
+    ``NPUGraph.update`` (``OpSpec.graph_updatable``)."""
+    from .ops import registry
+
+    return registry.graph_updatable()
+
+
 def _pool_ids(rt) -> dict:
     return rt.extensions.setdefault("graphs.pool_ids", {"handle": 0, "private": 0})
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import _check, _f32, _quant_round, _unsupported
-from .spec import OpSpec, mix, vector
+from .spec import OpSpec, generated, mix, vector
 
 
 def npu_rotary_mul(self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half",
@@ -258,6 +258,9 @@ def _requantise(out: torch.Tensor, quant_scale2: torch.Tensor, quant_offset2: Op
 
 
 SPECS = [
+    # No math yet; facts of TorchAir and torch.npu.graph about them.
+    OpSpec(generated("npu_fused_infer_attention_score_v2"), graph_updatable=True),
+    OpSpec(generated("npu_fusion_attention_v3"), graph_updatable=True),
     OpSpec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
            npu_rotary_mul, vector()),
     OpSpec("npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
@@ -272,5 +275,6 @@ SPECS = [
            "int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
            "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, "
            "int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, "
-           "bool softmax_lse_flag=False) -> (Tensor, Tensor)", npu_fused_infer_attention_score, mix()),
+           "bool softmax_lse_flag=False) -> (Tensor, Tensor)", npu_fused_infer_attention_score, mix(),
+           graph_updatable=True),
 ]

@@ -1,8 +1,12 @@
 """Register the torch_npu custom ops as ``torch.ops.npu.*`` with CPU reference kernels.
 
-Schemas come from the family modules' specs (the real ones, see ``registry``) and from users' ``pytest_npugraph_register_ops``
-hook.  Each op gets a CPU kernel (the reference math; on NPU tensors it runs through the
-NpuTensor dispatch, which records the task) and a Meta kernel (so torch.compile can trace it).
+Every op of torch_npu's table (``registry.table()``: the family specs, then the generated schemas)
+and every op of users' ``pytest_npugraph_register_ops`` hook (which replaces a table op of the same
+name) is defined.  Each op gets a CPU kernel (the reference math; on NPU tensors it runs through the
+NpuTensor dispatch, which records the task) and a Meta kernel (so torch.compile can trace it).  An
+op without math gets a CPU kernel raising :func:`missing_error` and a Meta/fake rule read off its
+schema.  Ops with math and users' ops are defined at install; the others (some 400) when first
+looked up (``torch.ops.npu.<name>``, ``torch_npu.<name>``), which keeps ``import torch_npu`` fast.
 
 A mutable op ``op`` (``Tensor(a!)`` arguments) with a registered ``op_functional`` also gets a
 Functionalize kernel, the Python counterpart of the one torchgen writes for torch_npu: under
@@ -13,8 +17,10 @@ functional op (and ``copy_`` epilogues for mutated graph inputs), not ``auto_fun
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import keyword
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -153,31 +159,191 @@ def _define(spec) -> None:
     qualified = spec.schema.split("(", 1)[0]          # "npu_grouped_matmul.List"
     if qualified in SPECS:
         return
-    _library.define(spec.schema)
-    _library.impl(qualified, spec.impl, "CPU")
-    _library.impl(qualified, getattr(spec, "meta", None) or _meta_kernel(spec.impl), "Meta")
+    _library.define(spec.schema, tags=_tags(qualified))
+    if spec.impl is not None:
+        _library.impl(qualified, spec.impl, "CPU")
+        _library.impl(qualified, spec.meta or _meta_kernel(spec.impl), "Meta")
+    else:
+        _library.impl(qualified, _missing_kernel(spec), "CPU")
+        meta = spec.meta or _schema_meta_kernel(spec)
+        _library.impl(qualified, meta, "Meta")
+        # FakeTensorMode turns a Meta kernel's NotImplementedError into "Operator does not support
+        # running with fake tensors"; a fake impl's error reaches the user as it is.
+        torch.library.register_fake(f"{NAMESPACE}::{qualified}", meta, lib=_library)
     SPECS[qualified] = spec
 
 
-def install() -> None:
-    """Define every family op and every op users register through the hook (once per process)."""
-    global _library
-    if _library is None:
-        _library = torch.library.Library(NAMESPACE, "DEF")
-    from . import registry
+def _tags(qualified: str) -> tuple:
+    from . import _generated
 
-    specs = list(registry.specs())
-    if CONTEXT.hook is not None:
-        registry = OpRegistry()
-        CONTEXT.hook.pytest_npugraph_register_ops(registry=registry)
-        specs += registry.ops
+    return tuple(getattr(torch.Tag, tag) for tag in _generated.TAGS.get(qualified, ()) if hasattr(torch.Tag, tag))
+
+
+# ------------------------------------------------------------------------ ops without math
+def missing_error(spec) -> NotImplementedError:
+    """What calling (or tracing) an op without CPU math raises: the op, its schema, and the
+    ``pytest_npugraph_register_ops`` snippet that supplies it."""
+    name = spec.name
+    schema = torch._C.parse_schema(f"{NAMESPACE}::{spec.schema}")
+    params, star = [], False
+    for a in schema.arguments:
+        if a.kwarg_only and not star:
+            params.append("*")
+            star = True
+        pname = a.name + "_" if keyword.iskeyword(a.name) else a.name
+        params.append(f"{pname}={a.default_value!r}" if a.has_default_value() else pname)
+    fn = name.replace(".", "_")
+    profile = {k: v for k, v in (spec.cores or {"kind": "AIV", "vector": "all"}).items()
+               if ((v is False) if k == "limit_applies" else v)}
+    return NotImplementedError(
+        f"torch.ops.{NAMESPACE}.{name} (torch_npu.{spec.base}) has no CPU implementation in pytest-npugraph: the "
+        f"emulator knows its schema, not its math.\n"
+        f"Schema: {NAMESPACE}::{spec.schema}\n"
+        f"Supply it in your conftest.py:\n\n"
+        f"    def pytest_npugraph_register_ops(registry):\n"
+        f"        def {fn}({', '.join(params)}):\n"
+        f"            ...  # compute on CPU tensors; return what the schema returns\n"
+        f"        registry.register({name!r}, {spec.schema!r},\n"
+        f"                          {fn}, cores={profile!r})\n")
+
+
+def _missing_kernel(spec):
+    def kernel(*args, **kwargs):
+        raise missing_error(spec)
+    kernel.__name__ = spec.name.replace(".", "_")
+    return kernel
+
+
+def _schema_meta_kernel(spec):
+    """Meta of an op without math where its schema alone fixes the result: ``-> ()`` returns
+    nothing, ``-> Tensor(a!)`` returns the argument it aliases; anything else cannot be traced."""
+    rule = []
+
+    def kernel(*args, **kwargs):
+        if not rule:
+            rule.append(_schema_rule(spec))
+        return rule[0](args, kwargs)
+    return kernel
+
+
+def _schema_rule(spec):
+    schema = torch._C.parse_schema(f"{NAMESPACE}::{spec.schema}")
+    if not schema.returns:
+        return lambda args, kwargs: None
+    sources = []
+    for r in schema.returns:
+        alias = r.alias_info
+        match = None
+        if alias is not None and alias.is_write:
+            match = next((i for i, a in enumerate(schema.arguments)
+                          if a.alias_info is not None and a.alias_info.before_set == alias.before_set), None)
+        if match is None:
+            def refuse(args, kwargs):
+                raise missing_error(spec)
+            return refuse
+        sources.append(match)
+    arguments = schema.arguments
+
+    def aliased(args, kwargs):
+        values = [args[i] if not arguments[i].kwarg_only and i < len(args) else kwargs[arguments[i].name]
+                  for i in sources]
+        return values[0] if len(values) == 1 else tuple(values)
+    return aliased
+
+
+# ------------------------------------------------------------------------ lazy definition
+_PENDING: Dict[str, list] = {}     # base name -> specs of its overloads, defined on first lookup
+
+
+def _define_base(base: str) -> None:
+    """Define every overload of ``base`` (and of its ``_functional`` twin) and pair them."""
+    specs = _PENDING.pop(base, None)
+    if specs is None:
+        return
     for spec in specs:
         _define(spec)
-    for qualified in list(SPECS):
-        _add_functionalization(qualified)
+    partner = base[:-len(FUNCTIONAL_SUFFIX)] if base.endswith(FUNCTIONAL_SUFFIX) else base + FUNCTIONAL_SUFFIX
+    _define_base(partner)
+    for spec in specs:
+        _add_functionalization(spec.name)
+        if spec.name.split(".", 1)[0].endswith(FUNCTIONAL_SUFFIX):
+            _add_functionalization(spec.name.replace(FUNCTIONAL_SUFFIX, "", 1))
+
+
+class _NpuNamespace(torch._ops._OpNamespace):
+    """``torch.ops.npu``: an op of torch_npu's table is defined when first looked up."""
+
+    def __getattr__(self, op_name: str):
+        if op_name in _PENDING:
+            _define_base(op_name)
+        return super().__getattr__(op_name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(op_names()))
+
+
+def packet(name: str):
+    """``torch.ops.npu.<name>`` if torch_npu (or a user) has an op of that name, else None."""
+    if name in _PENDING:
+        _define_base(name)
+    return getattr(getattr(torch.ops, NAMESPACE), name, None)
+
+
+def define_all() -> None:
+    """Define every pending op now (one batch)."""
+    for base in list(_PENDING):
+        _define_base(base)
+
+
+def op_names() -> list:
+    """Every op name (overload packet) torch_npu exports, defined or pending."""
+    return sorted({name.split(".", 1)[0] for name in SPECS} | set(_PENDING))
+
+
+# ------------------------------------------------------------------------ install
+def _override(spec, user):
+    """A user's registration of an op torch_npu already has replaces it: the user's impl (and
+    profile, else the op's) on the user's schema.  The op's facts that depend on its signature
+    (TorchAir reinplace indices, the MC2 kernel) stay only when the schema is the real one."""
+    same = torch._C.parse_schema(f"{NAMESPACE}::{user.schema}") == torch._C.parse_schema(
+        f"{NAMESPACE}::{spec.schema}")
+    changes = dict(schema=user.schema, impl=user.impl, meta=None, cores=user.cores or spec.cores)
+    if not same:
+        changes.update(reinplace=None, mc2=None)
+    return dataclasses.replace(spec, **changes)
+
+
+def install() -> None:
+    """Define the ops of every family and every op users register through the hook now, and make
+    the rest of torch_npu's op table appear on first lookup (once per process)."""
+    global _library
+    if _library is not None:
+        return
+    from . import registry
+    from .spec import OpSpec
+
+    table = dict(registry.table())
+    eager = {spec.base for spec in registry.specs() if spec.impl is not None}
+    if CONTEXT.hook is not None:
+        ops = OpRegistry()
+        CONTEXT.hook.pytest_npugraph_register_ops(registry=ops)
+        for user in ops.ops:
+            table[user.name] = (_override(table[user.name], user) if user.name in table
+                                else OpSpec(user.schema, user.impl, user.cores))
+            eager.add(user.name.split(".", 1)[0])
+    _library = torch.library.Library(NAMESPACE, "DEF")
+    for spec in table.values():
+        _PENDING.setdefault(spec.name.split(".", 1)[0], []).append(spec)
+    for base in sorted(eager):
+        _define_base(base)
+    namespace = getattr(torch.ops, NAMESPACE)
+    if type(namespace) is torch._ops._OpNamespace:
+        namespace.__class__ = _NpuNamespace
 
 
 def cores_of(name: str):
     """The declared profile of custom op ``name`` (any overload), or None."""
     spec = SPECS.get(name)
+    if spec is None and name.split(".", 1)[0] in _PENDING:
+        spec = next((s for s in _PENDING[name.split(".", 1)[0]] if s.name == name), None)
     return None if spec is None else spec.cores

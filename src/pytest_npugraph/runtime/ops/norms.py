@@ -245,7 +245,8 @@ SPECS = [
     OpSpec("npu_add_rms_norm_v2(Tensor(a!) x1, Tensor(b!) x2, Tensor gamma, float epsilon=1e-06) -> Tensor",
            npu_add_rms_norm_v2, vector()),
     OpSpec("npu_add_rms_norm_v2_functional(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) "
-           "-> (Tensor, Tensor, Tensor)", npu_add_rms_norm_v2_functional, vector()),
+           "-> (Tensor, Tensor, Tensor)", npu_add_rms_norm_v2_functional, vector(),
+           reinplace=("npu_add_rms_norm_v2", (0, 1))),
     OpSpec("npu_add_rms_norm_quant(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1, "
            "Tensor? beta=None, Tensor? scales2=None, Tensor? zero_points2=None, *, int axis=-1, "
            "float epsilon=1e-06, bool div_mode=True, int? dst_type=None) -> (Tensor, Tensor, Tensor)",

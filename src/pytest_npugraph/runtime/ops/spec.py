@@ -54,6 +54,17 @@ def mc2() -> dict:
     return cores("MC2", vector="all", all_resident=True)
 
 
+def generated(name: str) -> str:
+    """The verbatim torch_npu 2.14.0 schema of overload ``name`` ("op" or "op.overload"), from the
+    generated table, so a family module need not repeat a long schema."""
+    from . import _generated
+
+    for schema in _generated.SCHEMAS:
+        if schema.startswith(name + "("):
+            return schema
+    raise KeyError(f"{name} is not an op of torch_npu 2.14.0's npu namespace")
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One torch_npu op overload.

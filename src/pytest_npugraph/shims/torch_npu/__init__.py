@@ -86,15 +86,47 @@ class _MissingOpError(AttributeError):
     """An op the emulator lacks: say which, and how to supply it."""
 
 
+def _deprecated_torch_op(name: str):
+    def op(*args, **kwargs):
+        from pytest_npugraph.runtime.errors import ErrCode, pta_error
+
+        raise RuntimeError(f"torch.{name} is deprecated and will be removed in future version. "
+                           f"Use torch_npu.{name} instead." + pta_error(ErrCode.NOT_SUPPORT))
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _export_torch_ops() -> None:
+    """As torch_npu does: ``torch.<op>`` for every npu op name, a wrapper raising "deprecated"."""
+    from pytest_npugraph.runtime.ops import library as _ops
+
+    for name in _ops.op_names():
+        if not hasattr(torch, name):
+            setattr(torch, name, _deprecated_torch_op(name))
+
+
+_export_torch_ops()
+
+
 def __getattr__(name):
+    """Every op of torch_npu's ``npu`` namespace is ``torch_npu.<name>`` (torch_npu exports each name
+    of ``torch.ops.npu``); ops the emulator has no math for raise ``NotImplementedError`` when called."""
+    from pytest_npugraph.runtime.ops import library as _ops
+
+    packet = _ops.packet(name) if not name.startswith("__") else None
+    if packet is not None:
+        return packet
     if name.startswith("npu_") or name.startswith("_npu_"):
-        packet = getattr(torch.ops.npu, name, None) if hasattr(torch.ops, "npu") else None
-        if packet is not None:
-            return packet
         raise _MissingOpError(
-            f"torch_npu.{name} is not emulated by pytest-npugraph. Supply a CPU implementation with the "
-            f"pytest_npugraph_register_ops hook in your conftest.py:\n"
+            f"torch_npu.{name} is not an op of torch_npu 2.14.0 nor one registered with pytest-npugraph. "
+            f"Supply a CPU implementation with the pytest_npugraph_register_ops hook in your conftest.py:\n"
             f"    def pytest_npugraph_register_ops(registry):\n"
             f"        registry.register('{name}', '{name}(Tensor self) -> Tensor', my_cpu_impl, "
             f"cores={{'kind': 'AIV'}})")
     raise AttributeError(f"module 'torch_npu' has no attribute '{name}'")
+
+
+def __dir__():
+    from pytest_npugraph.runtime.ops import library as _ops
+
+    return sorted(set(globals()) | set(_ops.op_names()))

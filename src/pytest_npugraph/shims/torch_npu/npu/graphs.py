@@ -25,9 +25,6 @@ __all__ = ["is_current_stream_capturing", "graph_pool_handle", "graph_task_group
            "super_kernel_scope_begin", "super_kernel_scope_end"]
 
 _CAPTURE_MODES = ("global", "thread_local", "relaxed")
-# ops whose arguments ``NPUGraph.update`` may patch when captured with ``auto_dispatch_capture=True``
-_UPDATABLE = ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2", "npu_fusion_attention_v3",
-              "_npu_paged_attention", "npu_multi_head_latent_attention")
 
 
 def is_current_stream_capturing() -> bool:
@@ -158,7 +155,7 @@ class NPUGraph:
         graph = getattr(self, "_graph_id", None) or T.GraphCall(f"NPUGraph#{counter[0]}")
         self._capture = _graphs.Capture(rt, stream, self._pool, graph)
         self._capture.owner = self
-        self._capture.updatable = _UPDATABLE if self.auto_dispatch_capture else ()
+        self._capture.updatable = _graphs.updatable_ops() if self.auto_dispatch_capture else ()
 
     def capture_end(self):
         """End the capture (on the stream it began on); the graph can then be replayed."""
