@@ -261,9 +261,20 @@ def test_memory_snapshot_structure(npugraph):
     assert [b["state"] for b in seg["blocks"]] == ["inactive"] and seg["allocated_size"] == 0
 
 
-def test_memory_summary_mentions_the_stats(npugraph):
-    floats(10)
-    assert "allocated_bytes" in torch.npu.memory_summary()
+def test_memory_summary_has_torch_npus_layout(npugraph):
+    """The header torch_npu's own test_memory_summary_format checks, then one row per metric."""
+    live = floats(10)
+    summary = torch.npu.memory_summary()
+    lines = summary.splitlines()
+    assert all(len(line) == 77 and line[0] == line[-1] == "|" for line in lines)
+    assert lines[1] == "|" + " " * 18 + "PyTorch NPU memory summary, device ID 0" + " " * 18 + "|"
+    assert lines[3] == "|" + " " * 12 + "NPU OOMs: 0             |        npuMalloc retries: 0          |"
+    assert lines[5] == "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |"
+    allocated = next(line for line in lines if line.startswith("| Allocated memory"))
+    assert allocated.split("|")[2].strip() == "512 B"          # one 512-byte block, current
+    short = torch.npu.memory_summary(abbreviated=True)
+    assert "from large pool" in summary and "from large pool" not in short
+    del live
 
 
 # ------------------------------------------------------------------ fraction and OOM

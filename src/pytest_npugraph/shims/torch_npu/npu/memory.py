@@ -157,14 +157,52 @@ def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
     return _C._npu_memorySnapshot(None)
 
 
+_SUMMARY_ROWS = (   # (stat, label, in bytes)
+    ("allocated_bytes", "Allocated memory", True), ("active_bytes", "Active memory", True),
+    ("requested_bytes", "Requested memory", True), ("reserved_bytes", "NPU reserved memory", True),
+    ("inactive_split_bytes", "Non-releasable memory", True), ("allocation", "Allocations", False),
+    ("active", "Active allocs", False), ("segment", "NPU reserved segments", False),
+    ("inactive_split", "Non-releasable allocs", False))
+
+
+def _summary_cell(value: int, scale: int, in_bytes: bool) -> str:
+    """A 10-wide cell: counts as they are; bytes in the unit the row's peak reads best in."""
+    if not in_bytes:
+        return f"{value:7d}   "
+    unit = "B  "
+    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if scale < 768 * 1024:
+            break
+        unit, value, scale = bigger, value // 1024, scale / 1024
+    return f"{value:6d} {unit}"
+
+
 def memory_summary(device=None, abbreviated=False) -> str:
+    """The allocator statistics as torch_npu prints them (the layout of ``torch.cuda.memory_summary``,
+    with the NPU's names): a header with OOM and retry counts, then current / peak / total
+    allocated / total freed per metric, split by pool unless ``abbreviated``."""
+    device = _get_device_index(device, optional=True)
     stats = memory_stats(device)
-    lines = ["|" + "=" * 60 + "|", "|" + " PyTorch NPU memory summary (pytest-npugraph emulation)".ljust(60) + "|"]
-    for key in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        cur, peak = stats.get(f"{key}.all.current", 0), stats.get(f"{key}.all.peak", 0)
-        lines.append(f"| {key:<22} current {cur:>12}  peak {peak:>12} |")
-    lines.append("|" + "=" * 60 + "|")
-    return "\n".join(lines)
+    rule, thin = "=" * 75, "-" * 75
+    lines = [rule, " {:16} PyTorch NPU memory summary, device ID {:<18d} ".format("", device), thin,
+             "  {:9} NPU OOMs: {:<13d} | {:6} npuMalloc retries: {:<9d}  ".format(
+                 "", stats.get("num_ooms", 0), "", stats.get("num_alloc_retries", 0)),
+             rule, "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+    pools = (("all", ""),) if abbreviated else (("all", ""), ("large_pool", "      from large pool"),
+                                                ("small_pool", "      from small pool"))
+    for stat, label, in_bytes in _SUMMARY_ROWS:
+        lines.append(thin)
+        for pool, pool_label in pools:
+            values = [stats.get(f"{stat}.{pool}.{field}", 0) for field in ("current", "peak", "allocated", "freed")]
+            name = pool_label or label
+            lines.append(" {:<21} | ".format(name) + " | ".join(
+                _summary_cell(v, values[1] if k < 2 else v, in_bytes) for k, v in enumerate(values)) + " ")
+    lines.append(thin)
+    for stat, label in (("oversize_allocations", "Oversize allocations"), ("oversize_segments", "Oversize NPU segments")):
+        values = [stats.get(f"{stat}.{field}", 0) for field in ("current", "peak", "allocated", "freed")]
+        lines.append(" {:<21} | ".format(label) + " | ".join(_summary_cell(v, 0, False) for v in values) + " ")
+    lines.append(rule)
+    return "|" + "|\n|".join(lines) + "|\n"
 
 
 def get_allocator_backend() -> str:
