@@ -17,6 +17,8 @@ class TestConfig:
     device_count: int = 1
     allow: frozenset = frozenset()
     nodeid: str = ""
+    schedule: str = "program"     # --npu-schedule: program (issue order) or shuffle (runtime/executor.py)
+    schedule_seed: int = 0        # --npu-schedule-seed: the shuffle's seed (each test starts from it)
 
 
 @dataclass

@@ -5,6 +5,7 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -18,9 +19,11 @@ from .outcome import HazardOutcome
 
 _EMULATE = ("auto", "on", "off")
 _HAZARDS = ("error", "warn", "off")
+_SCHEDULES = ("program", "shuffle")
 STASH_OUTCOME = pytest.StashKey()      # config.stash: the HazardOutcome plugin of this session
 STASH_SAVED = pytest.StashKey()        # config.stash: the CONTEXT fields to give back at unconfigure
 STASH_MODULES = pytest.StashKey()
+STASH_SCHEDULE = pytest.StashKey()     # config.stash: (schedule, seed) of this session
 
 
 def pytest_addhooks(pluginmanager):
@@ -45,7 +48,16 @@ def pytest_addoption(parser):
     group.addoption("--npu-html", default=None, metavar="PATH",
                     help="write a self-contained HTML report (each test's timeline and hazards) to PATH. "
                          "ini: npu_html")
+    group.addoption("--npu-schedule", choices=_SCHEDULES, default=None,
+                    help="when emulated device work runs: program (issue order where nothing waits) or shuffle "
+                         "(work of different streams in another legal order, by --npu-schedule-seed, so racy code "
+                         "computes other numbers). ini: npu_schedule")
+    group.addoption("--npu-schedule-seed", type=int, default=None, metavar="N",
+                    help="seed of --npu-schedule=shuffle (default: a random one, shown in the header). "
+                         "ini: npu_schedule_seed")
     parser.addini("npu_emulate", "default for --npu-emulate (auto, on, off)", default="auto")
+    parser.addini("npu_schedule", "default for --npu-schedule (program, shuffle)", default="program")
+    parser.addini("npu_schedule_seed", "default for --npu-schedule-seed", default="")
     parser.addini("npu_chip", "default for --npu-chip", default=DEFAULT_CHIP)
     parser.addini("npu_hazards", "default for --npu-hazards (error, warn, off)", default="error")
     parser.addini("npu_trace_dir", "default for --npu-trace-dir", default="")
@@ -88,6 +100,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"npugraph: --npu-chip / npu_chip: unknown chip {chip!r}; known chips: "
                                 f"{', '.join(CHIPS)}")
     hazards = _setting(config, "npu_hazards", _HAZARDS)
+    config.stash[STASH_SCHEDULE] = (_setting(config, "npu_schedule", _SCHEDULES), _schedule_seed(config))
     emulating = _emulation_wanted(config)
     if emulating:
         activation.activate()
@@ -103,6 +116,33 @@ def pytest_configure(config):
 
         outcome.export = Export(config, trace_dir, html_path, _header(outcome))
         config.pluginmanager.register(outcome.export, "npugraph-export")
+
+
+def _schedule_seed(config) -> int:
+    """--npu-schedule-seed, else the ini's, else the controller's (xdist), else a fresh random one."""
+    value = config.getoption("npu_schedule_seed")
+    if value is None:
+        text = str(config.getini("npu_schedule_seed")).strip()
+        if text:
+            try:
+                value = int(text)
+            except ValueError:
+                raise pytest.UsageError(f"npugraph: ini option npu_schedule_seed must be an int, got {text!r}")
+    if value is None:
+        value = getattr(config, "workerinput", {}).get("npugraph_schedule_seed")
+    if value is None:
+        import random
+
+        value = random.Random().getrandbits(32)
+    return int(value)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: every worker shuffles with the controller's seed."""
+    schedule = node.config.stash.get(STASH_SCHEDULE, None)
+    if schedule is not None:
+        node.workerinput["npugraph_schedule_seed"] = schedule[1]
 
 
 def _path_setting(config, name: str):
@@ -128,6 +168,8 @@ def pytest_report_header(config):
     if not CONTEXT.emulating:
         return "npugraph: NPU emulation off"
     lines = [_header(outcome), "npugraph: 1 emulated device per test (@pytest.mark.npu_devices(N) for more)"]
+    schedule, seed = config.stash[STASH_SCHEDULE]
+    lines.append(f"npugraph: schedule {schedule}" + (f" (--npu-schedule-seed={seed})" if schedule == "shuffle" else ""))
     export = outcome.export
     if export is not None:
         lines += [f"npugraph: {what} {path}" for what, path in
@@ -158,7 +200,10 @@ def pytest_runtest_setup(item):
     """Fresh emulated state for every test (built lazily when the test first touches the NPU)."""
     if not CONTEXT.emulating:
         return
-    CONTEXT.begin(config_for(item, item.config.stash[STASH_OUTCOME].chip), item.ihook)
+    schedule, seed = item.config.stash[STASH_SCHEDULE]
+    test_config = dataclasses.replace(config_for(item, item.config.stash[STASH_OUTCOME].chip),
+                                      schedule=schedule, schedule_seed=seed)
+    CONTEXT.begin(test_config, item.ihook)
     item.stash[STASH_MODULES] = activation.snapshot()
 
 

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 from torch.utils._mode_utils import no_dispatch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
 from . import cpu_gaps, profiles
@@ -365,6 +365,22 @@ def _compute(func, uargs, ukwargs):
         return kernel, kernel(*uargs, **ukwargs)
 
 
+def _poison(out, args, kwargs) -> None:
+    """Under ``--npu-schedule=shuffle``: fresh floating outputs hold NaN until their op runs, as
+    memory a device has not written yet holds garbage (a read racing with the op sees it)."""
+    known = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.untyped_storage().data_ptr() not in known:
+            t.fill_(float("nan"))
+
+
+def _restore(saved) -> None:
+    """Undo an early run's writes (a storage the op had to grow keeps its new, unwritten bytes)."""
+    for storage, copy in saved:
+        if storage.nbytes() == copy.nbytes():
+            storage.copy_(copy)
+
+
 def _issue_later(rt, stream, func, uargs, ukwargs, writes):
     """Compute ``func``'s outputs now for their shapes (inputs may not hold their values yet; its
     writes to existing memory are undone) and return them with the step that computes the values
@@ -375,12 +391,12 @@ def _issue_later(rt, stream, func, uargs, ukwargs, writes):
     try:
         kernel, out = _compute(func, uargs, ukwargs)
     except Exception:  # noqa: BLE001 - stale inputs (indices, sizes): compute it for real instead
-        for storage, copy in saved:
-            storage.copy_(copy)
+        _restore(saved)
         rt.host_wait(rt.synced("stream", stream=stream), "the host (an op whose inputs are not computed yet)")
         return (*_compute(func, uargs, ukwargs), None)
-    for storage, copy in saved:
-        storage.copy_(copy)
+    _restore(saved)
+    if rt.executor.shuffle is not None:
+        _poison(out, uargs, ukwargs)
     from .graphs import replay_step
 
     fn, a, kw, dst = replay_step(kernel, uargs, ukwargs, out)
@@ -554,6 +570,8 @@ def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
     if not rt.executor.deferred(stream.sid):
         return copy()
     result = copy()                           # shape and dtype now, values when the copy runs
+    if rt.executor.shuffle is not None and isinstance(result, torch.Tensor) and result.is_floating_point():
+        result.fill_(float("nan"))            # not copied yet: a host read before a sync sees garbage
     if fresh:
         target = result
         rt.executor.submit(stream.sid, seq, lambda: target.copy_(copy()), what=f"D2H copy at {user_site(3)}")
