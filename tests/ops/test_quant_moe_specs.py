@@ -142,8 +142,34 @@ def test_op_on_npu_tensors_matches_the_reference_and_records_its_profile(npugrap
         assert (k.cores.vector, k.cores.all_resident) == (npugraph.vector_cores, True)
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def _backend(name):
+    """A torch.compile backend: Dynamo's own, or TorchAir's in GE (max-autotune) / aclgraph mode."""
+    if not name.startswith("torchair"):
+        return name
+    import torchair
+    from torchair.configs.compiler_config import CompilerConfig
+
+    config = CompilerConfig()
+    config.mode = name.split(":")[1]
+    return torchair.get_npu_backend(compiler_config=config)
+
+
+# An aclgraph replay whose outputs include an empty tensor (dispatch v2's tp_recv_counts with
+# tp_world_size 0, as vLLM-Ascend calls it) crashes the output-overwrite bookkeeping: the empty
+# output has no memory span and GraphOutputs records a None (compiler/emit.py, analysis/overwrite.py).
+_EMPTY_OUTPUT_BUG = pytest.mark.xfail(raises=AttributeError, strict=True,
+                                      reason="GraphOutputs records a None span for an empty graph output")
+
+
+def _compile_cases():
+    for spec in SPECS:
+        for backend in ("eager", "aot_eager", "torchair:max-autotune", "torchair:reduce-overhead"):
+            marks = [_EMPTY_OUTPUT_BUG] if (spec.name, backend) == ("npu_moe_distribute_dispatch_v2",
+                                                                    "torchair:reduce-overhead") else []
+            yield pytest.param(spec, backend, marks=marks, id=f"{spec.name}-{backend}")
+
+
+@pytest.mark.parametrize("spec,backend", list(_compile_cases()))
 def test_op_traces_under_torch_compile(npugraph, spec, backend):
     torch._dynamo.reset()
     args, kwargs = EXAMPLES[spec.name]()
@@ -152,7 +178,7 @@ def test_op_traces_under_torch_compile(npugraph, spec, backend):
     def f(*a):
         return getattr(torch_npu, spec.base)(*a, **npu[1])
 
-    out = torch.compile(f, backend=backend, fullgraph=True)(*npu[0])
+    out = torch.compile(f, backend=_backend(backend), fullgraph=True, dynamic=False)(*npu[0])
     for got, want in zip(tree_flatten(out)[0], tree_flatten(spec.impl(*args, **kwargs))[0]):
         assert torch.equal(got.cpu(), want)
 
