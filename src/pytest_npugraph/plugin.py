@@ -6,6 +6,7 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 
 import pytest
@@ -221,8 +222,20 @@ def pytest_runtest_call(item):
     return result
 
 
+def _fresh_dynamo() -> None:
+    """CONTRACT §4, fresh compiled-graph caches: forget what Dynamo compiled in this test.  Its caches
+    are per code object and outlive the test, so the 9th test compiling the same model class would
+    otherwise hit the recompile limit (``FailOnRecompileLimitHit`` under ``fullgraph=True``), and the
+    compiled graphs would keep the test's tensors and runtime alive."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is not None and getattr(convert_frame, "FRAME_COUNTER", 0):
+        sys.modules["torch._dynamo"].reset()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
+    if CONTEXT.emulating:
+        _fresh_dynamo()
     state = item.stash.get(STASH_MODULES, None)
     if state is not None:
         changed = activation.restore(state)

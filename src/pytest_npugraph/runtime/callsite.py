@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import weakref
 
 from .._context import CONTEXT
 from ..trace import UNKNOWN_SITE, Site
@@ -33,7 +34,9 @@ def _excluded_prefixes() -> tuple:
 
 
 _EXCLUDED = None
-_verdict: dict = {}   # code object -> path to show (relative to pytest's rootdir), or None
+# code object -> path to show (relative to pytest's rootdir), or None.  Weak: Dynamo's transformed code
+# objects must die with its caches (their death deletes the ``__compiled_fn_*`` globals they installed)
+_verdict: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _display(filename: str):
