@@ -111,6 +111,8 @@ class NpuGraph:
             if kind not in KINDS:
                 raise ValueError(f"npugraph.assert_clean: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
         found = self.hazards
+        if self._hazards.error is not None:        # never call a trace clean that an analysis failed on
+            raise self._hazards.error
         if kinds:
             failing = [h for h in found if h.kind in kinds]
         else:

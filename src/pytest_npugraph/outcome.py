@@ -25,6 +25,7 @@ class TestHazards:
 
     def __init__(self):
         self.absorbed: set = set()
+        self.error = None           # the AnalysisError of the latest analysis, if an analysis raised
         self._cache = (-1, [])
 
     def analyze(self) -> list:
@@ -33,9 +34,13 @@ class TestHazards:
             return []
         n = len(rt.trace.records)
         if self._cache[0] != n:
-            from .analysis import analyze
+            from .analysis import AnalysisError, analyze
 
-            self._cache = (n, _unique(analyze(rt.trace)))
+            try:
+                found, self.error = analyze(rt.trace), None
+            except AnalysisError as exc:     # the other analyses' hazards still count; check() fails loudly
+                found, self.error = exc.hazards, exc
+            self._cache = (n, _unique(found))
         return self._cache[1]
 
     def open(self) -> list:
@@ -88,6 +93,9 @@ class HazardOutcome:
         allow = CONTEXT.config.allow
         status = {h.key: self.status_of(h, state, allow) for h in found}
         timeline = self._export(item, found, status)
+        if state.error is not None:
+            self._analysis_failed(item, state, found, status, failed)
+            return
         if not found:
             if timeline:
                 item.add_report_section("call", "npugraph timeline", timeline)
@@ -108,6 +116,16 @@ class HazardOutcome:
         shown = [h for h in found if h.key not in state.absorbed]
         if shown:
             item.add_report_section("call", "npugraph hazards", format_report(shown) + where)
+
+    def _analysis_failed(self, item, state, found, status, failed) -> None:
+        """An analysis raised: fail the test with its traceback, and with every hazard the others found."""
+        item.user_properties.append((PROPERTY, [(h.kind, status[h.key], h.message) for h in found]))
+        shown = [h for h in found if h.key not in state.absorbed]
+        text = str(state.error) + ("\n\n" + format_report(shown) if shown else "")
+        if failed:
+            item.add_report_section("call", "npugraph analysis error", text)
+            return
+        pytest.fail(text, pytrace=False)
 
     def status_of(self, h: Hazard, state: TestHazards, allow) -> str:
         return ("expected" if h.key in state.absorbed else

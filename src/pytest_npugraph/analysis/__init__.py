@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import traceback
 
 from ..hazard import KINDS
 from . import events, races, record_stream
@@ -44,16 +45,35 @@ REGISTRY: list = [
 ]
 
 
+class AnalysisError(Exception):
+    """One or more analyses raised (an emulator bug).  The others still ran: ``hazards`` holds what
+    they found, so a broken analysis never hides a race; ``failures`` the (analysis, exception) pairs."""
+
+    def __init__(self, failures, hazards):
+        self.failures = failures
+        self.hazards = hazards
+        details = "\n".join(f"--- {name} ---\n" + "".join(traceback.format_exception(exc)).rstrip()
+                             for name, exc in failures)
+        super().__init__(f"npugraph: {len(failures)} analysis(es) failed on this test's trace (a pytest-npugraph "
+                         f"bug; please report it): {', '.join(name for name, _ in failures)}\n{details}")
+
+
 def analyze(trace, kinds=None) -> list:
-    """Every hazard in ``trace`` (only those of ``kinds``, an iterable of kind strings, if given)."""
+    """Every hazard in ``trace`` (only those of ``kinds``, an iterable of kind strings, if given).
+    Raises ``AnalysisError`` (carrying the other analyses' hazards) if an analysis raises."""
     wanted = None if kinds is None else set(kinds)
     if wanted is not None and not wanted <= set(KINDS):
         unknown = ", ".join(sorted(wanted - set(KINDS)))
         raise ValueError(f"unknown hazard kind(s) {unknown}; expected some of {', '.join(KINDS)}")
     cache: dict = {}
-    found = []
+    found, failures = [], []
     for entry_kinds, function in REGISTRY:
         if wanted is not None and entry_kinds is not None and wanted.isdisjoint(entry_kinds):
             continue
-        found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
+        try:
+            found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
+        except Exception as exc:      # keep going: the other analyses' hazards must still be reported
+            failures.append((getattr(function, "__qualname__", repr(function)), exc))
+    if failures:
+        raise AnalysisError(failures, found) from failures[0][1]
     return found

@@ -69,6 +69,10 @@ class Runtime:
     def device(self, index: Optional[int] = None) -> Device:
         if index is None:
             index = self.current_device()
+        if index < 0:
+            from .errors import ErrCode, pta_error
+
+            raise RuntimeError(f"Invalid device index {index}" + pta_error(ErrCode.VALUE))
         if index >= len(self.devices):
             # only an object from an earlier test can name a device this test lacks (the API checks indices)
             raise RuntimeError(
@@ -87,7 +91,7 @@ class Runtime:
 
     def check_device(self, index: int, call: str = "aclrtSetDevice") -> None:
         """Raise the ACL error a real runtime gives for a device this machine does not have."""
-        if index >= len(self.devices):
+        if index < 0 or index >= len(self.devices):
             from .errors import ErrCode, pta_error
 
             raise RuntimeError(f"{call} failed, error code is 107001\n[Error]: invalid device id {index}: the "

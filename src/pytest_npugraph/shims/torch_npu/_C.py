@@ -13,6 +13,8 @@ from pytest_npugraph.runtime import runtime as _runtime
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
+from . import _args
+
 PRIVATEUSE1 = 20   # c10::DeviceType::PrivateUse1
 
 
@@ -103,7 +105,8 @@ def _record_limit(rt, stream_or_device, what):
         rt.marker(T.StreamLimit, s, cube=cube, vector=vector)
 
 
-def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
+def _npu_set_device_res_limit(device, type, value) -> None:
+    device, type, value = _args.unpack_long(device), _args.unpack_long(type), _args.unpack_uint32(value)
     rt, d = _device_initialized(device, "get")
     if type == 0:
         d.cube_limit = value
@@ -112,7 +115,8 @@ def _npu_set_device_res_limit(device: int, type: int, value: int) -> None:
     _record_limit(rt, d, "device")
 
 
-def _npu_get_device_res_limit(device: int, type: int) -> int:
+def _npu_get_device_res_limit(device, type) -> int:
+    device, type = _args.unpack_long(device), _args.unpack_long(type)
     _, d = _device_initialized(device, "get")
     return d.device_limits()[0 if type == 0 else 1]
 
@@ -165,7 +169,11 @@ def _raw_blocks(rt) -> dict:
     return rt.extensions.setdefault("torch_npu.raw_blocks", {})
 
 
-def _npu_npuCachingAllocator_raw_alloc(size: int, stream_ptr: int) -> int:
+def _npu_npuCachingAllocator_raw_alloc(size, stream_ptr) -> int:
+    if not isinstance(size, int) or not isinstance(stream_ptr, int):     # THPUtils_checkLong, then invalidArguments
+        got = ", ".join("None" if a is None else type(a).__name__ for a in (size, stream_ptr))
+        raise TypeError(f"caching_allocator_alloc received an invalid combination of arguments - got ({got}), but "
+                        "expected (ssize_t size, intptr_t stream)")
     rt = _rt()
     device = rt.device()
     state = next((s for s in device.streams.values() if _stream_ptr(s) == stream_ptr), None)
@@ -241,7 +249,10 @@ def _npu_setStream(stream_id: int, device_index: int, device_type: int = PRIVATE
 
 
 def _npu_set_stream_res_limit(stream_id, device_index, device_type, type, value) -> None:
+    stream_id, device_index, device_type, type, value = _args.pybind_parse(
+        (stream_id, device_index, device_type, type, value), "LLLOO")
     state = _stream_state(stream_id, device_index, device_type)
+    type, value = _args.unpack_long(type), _args.unpack_uint32(value)
     if type == 0:
         state.cube_limit = value
     else:
@@ -250,12 +261,16 @@ def _npu_set_stream_res_limit(stream_id, device_index, device_type, type, value)
 
 
 def _npu_get_stream_res_limit(stream_id, device_index, device_type, type) -> int:
+    stream_id, device_index, device_type, type = _args.pybind_parse(
+        (stream_id, device_index, device_type, type), "LLLO")
     state = _stream_state(stream_id, device_index, device_type)
+    type = _args.unpack_long(type)
     rt = _rt()
     return rt.devices[device_index].stream_limits(state)[0 if type == 0 else 1]
 
 
 def _npu_reset_stream_res_limit(stream_id, device_index, device_type) -> None:
+    stream_id, device_index, device_type = _args.pybind_parse((stream_id, device_index, device_type), "LLL")
     state = _stream_state(stream_id, device_index, device_type)
     state.cube_limit = state.vector_limit = None
     _record_limit(_rt(), state, "stream")
@@ -276,7 +291,13 @@ def _external_error(api: str) -> RuntimeError:
 class _NPUStreamBase(torch.Stream):
     """A handle to an emulated stream, identified like the real one by (device, stream_id)."""
 
-    def __new__(cls, priority=0, is_sync_launch=0, stream_id=0, device_index=0, device_type=0, stream_ptr=0):
+    _SPEC = (("priority", "i", 0), ("is_sync_launch", "i", 0), ("stream_id", "L", 0), ("device_index", "L", 0),
+             ("device_type", "L", 0), ("stream_ptr", "K", 0))
+
+    def __new__(cls, *args, **kwargs):
+        a = _args.parse("_NPUStreamBase", cls._SPEC, args, kwargs)
+        priority, is_sync_launch, stream_ptr = a["priority"], a["is_sync_launch"], a["stream_ptr"]
+        stream_id, device_index, device_type = a["stream_id"], a["device_index"], a["device_type"]
         rt = _rt()
         if stream_id or device_index or device_type:
             state = _stream_state(stream_id, device_index, device_type)
@@ -328,11 +349,15 @@ class _NPUEventBase(torch.Event):
 
     _label = "Event"
 
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False, graph_external=False):
+    _SPEC = (("enable_timing", "b", 0), ("blocking", "b", 0), ("interprocess", "b", 0), ("graph_external", "b", 0))
+
+    def __init__(self, *args, **kwargs):
+        a = _args.parse("_NPUEventBase", self._SPEC, args, kwargs)
+        enable_timing, interprocess, graph_external = a["enable_timing"], a["interprocess"], a["graph_external"]
         if interprocess and enable_timing:
             raise RuntimeError("Parameter interprocess cannot be specified together with other parameters."
                                + pta_error(ErrCode.PARAM))
-        self._flags = (graph_external, enable_timing)
+        self._flags = (bool(graph_external), bool(enable_timing))
         self._owner = None                   # the runtime (test) whose event self._state is
         self._live()
 
@@ -348,15 +373,16 @@ class _NPUEventBase(torch.Event):
             self._owner = rt
         return rt, self._state
 
-    def _stream(self, stream):
+    def _stream(self, stream, method: str):
         rt = _rt()
         if stream is None:
             return rt.current_stream()
+        _args.require(stream, _NPUStreamBase, method, "stream", "torch_npu.npu.Stream")
         return _stream_state(stream.stream_id, stream.device_index)
 
     def record(self, stream=None):
+        s = self._stream(stream, "record")
         rt, state = self._live()
-        s = self._stream(stream)
         if s.external:
             raise _external_error("NPUEvent::record")
         if state.device is not None and state.device != s.device:
@@ -365,8 +391,8 @@ class _NPUEventBase(torch.Event):
         rt.record_event(state, s)
 
     def wait(self, stream=None):
+        s = self._stream(stream, "wait")
         rt, state = self._live()
-        s = self._stream(stream)
         if s.external:
             raise _external_error("NPUEvent::block")
         if state.external and state.device is None:
@@ -377,7 +403,7 @@ class _NPUEventBase(torch.Event):
         rt, state = self._live()
         if not state.external:
             raise RuntimeError("API reset() only support ACL_EVENT_EXTERNAL flag event." + pta_error(ErrCode.PARAM))
-        s = self._stream(stream)
+        s = self._stream(stream, "reset")
         rt.marker(T.EventReset, s, event=state.eid)
         state.record_stream = None
         state.record_mark = -1
@@ -395,6 +421,7 @@ class _NPUEventBase(torch.Event):
             rt.host_sync("event", device=state.device, event=state)
 
     def elapsed_time(self, end_event) -> float:
+        _args.require(end_event, _NPUEventBase, "elapsed_time", "end_event", "torch_npu.npu.Event")
         rt, state = self._live()
         _, end = end_event._live()
         if not (state.recorded and end.recorded):

@@ -19,6 +19,9 @@ from torchair.configs.npugraphex_config import _process_kwargs_options
 
 def _settings(config: CompilerConfig):
     from pytest_npugraph.compiler.settings import settings_from_config
+
+    if not hasattr(config, "mode"):
+        raise AttributeError(f"'{type(config).__name__}' object has no attribute 'mode'")
     from torch_npu.npu.utils import _is_gte_cann_version
 
     if config.mode.value in ("reduce-overhead", "npugraph_ex"):
@@ -63,5 +66,10 @@ def get_npu_backend(*, compiler_config: CompilerConfig = None, custom_decomposit
     if compiler_config is None:
         compiler_config = CompilerConfig()
     _check_config_support(compiler_config)
-    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=dict(custom_decompositions),
+    decompositions = {}
+    if custom_decompositions is not None:
+        if not hasattr(custom_decompositions, "keys") and not hasattr(custom_decompositions, "__iter__"):
+            raise TypeError(f"'{type(custom_decompositions).__name__}' object is not iterable")  # dict.update's
+        decompositions.update(custom_decompositions)
+    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=decompositions,
                              settings=_settings(compiler_config))

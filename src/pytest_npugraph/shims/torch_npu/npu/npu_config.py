@@ -1,6 +1,8 @@
 """Core limits per device and per stream (mirrors ``torch_npu/npu/npu_config.py``)."""
 from __future__ import annotations
 
+import functools
+
 import torch_npu
 from torch_npu import _C
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
@@ -11,8 +13,7 @@ class _call_once_class:
 
     def __init__(self, func):
         self.func = func
-        self.__name__ = func.__name__
-        self.__doc__ = func.__doc__
+        functools.update_wrapper(self, func)   # inspect.signature shows (device, cube_num=-1, vector_num=-1)
 
     def _calls(self) -> set:
         from pytest_npugraph.runtime.runtime import current

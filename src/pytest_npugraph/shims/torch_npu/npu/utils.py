@@ -72,11 +72,19 @@ def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = Fal
     return _torch_get_device_index(device, optional, allow_cpu)
 
 
+def _attribute(obj, name: str):
+    """``obj.<name>`` where torch_npu's Python reads it unchecked: the same AttributeError, raised here."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise AttributeError(f"'{type(obj).__name__}' object has no attribute '{name}'") from None
+
+
 class device_of(device):
     """Context manager selecting the device of a tensor (no-op for CPU tensors)."""
 
     def __init__(self, obj):
-        super().__init__(obj.get_device() if obj.is_npu else -1)
+        super().__init__(obj.get_device() if _attribute(obj, "is_npu") else -1)
 
 
 class StreamContext:
@@ -95,7 +103,7 @@ class StreamContext:
         if cur_stream is None or self.idx == -1:
             return
         self.src_prev_stream = torch.npu.current_stream()
-        if self.src_prev_stream.device != cur_stream.device:
+        if self.src_prev_stream.device != _attribute(cur_stream, "device"):
             with device(cur_stream.device):
                 self.dst_prev_stream = torch.npu.current_stream(cur_stream.device)
         torch.npu.set_stream(cur_stream)
@@ -116,8 +124,8 @@ def stream(stream) -> StreamContext:
 def set_stream(stream) -> None:
     if stream is None:
         return
-    _C._npu_setStream(stream_id=stream.stream_id, device_index=stream.device_index,
-                      device_type=stream.device_type)
+    _C._npu_setStream(stream_id=_attribute(stream, "stream_id"), device_index=_attribute(stream, "device_index"),
+                      device_type=_attribute(stream, "device_type"))
 
 
 def current_stream(device=None):

@@ -89,6 +89,8 @@ unsupport_aclgraphconfig_list = [
 
 def _check_config_support(config: Any):
     """Warn about options that do not take effect in the chosen mode (as ``get_npu_backend`` does)."""
+    if not hasattr(config, "mode"):      # torchair reads config.mode unchecked: its AttributeError, raised here
+        raise AttributeError(f"'{type(config).__name__}' object has no attribute 'mode'")
     warnings.filterwarnings("once", category=UserWarning)
     leaves = dict(_get_all_leaf_properties(config))
     mode = config.mode.value

@@ -20,6 +20,8 @@ if not hasattr(torch.ops.air, "wait"):
 
 
 def _wait(tensors: List[torch.Tensor]):
+    if tensors is not None and not hasattr(tensors, "__len__"):
+        raise TypeError(f"object of type '{type(tensors).__name__}' has no len()")   # as torchair's len() check
     if tensors is None or len(tensors) == 0:
         raise ValueError("torchair.ops.wait() requires at least one tensor input")
     for tensor in tensors:
