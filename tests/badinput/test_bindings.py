@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch_npu
 
-from pytest_npugraph.shims.torch_npu import _args
+from torch_npu import _args
 
 INTEGER_REQUIRED = "an integer is required"
 

@@ -9,6 +9,10 @@ is the default backend of the ``npu`` device, then ``lccl`` the same way; adds
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import os
+import re
 import sys
 
 import torch.distributed as dist
@@ -25,6 +29,53 @@ def is_hccl_available() -> bool:
     return "hccl" in dist.Backend.backend_list
 
 
+def _outside_run_ranks(bound) -> None:
+    """``init_process_group`` with an ``hccl`` world of several ranks, called in the test's own thread:
+    fail at once.  torch would first rendezvous (``env://`` with ``MASTER_ADDR``/``MASTER_PORT`` set waits
+    for the other ranks, which never come, until its 30-minute timeout)."""
+    if _collectives.binding() is not None:      # a rank thread of npugraph.run_ranks: its own rendezvous
+        return
+    backend = bound.arguments.get("backend")
+    if backend is not None and not any(name in str(backend).lower() for name in ("hccl", "lccl")):
+        return
+    size = bound.arguments.get("world_size", -1)
+    if size is None or size == -1:
+        size = os.environ.get("WORLD_SIZE")
+        init_method = str(bound.arguments.get("init_method") or "")
+        match = re.search(r"[?&]world_size=(\d+)", init_method)
+        size = match.group(1) if match else size
+    try:
+        size = int(size)
+    except (TypeError, ValueError):
+        return
+    if size > 1:
+        raise RuntimeError(
+            f"init_process_group(backend={backend!r}, world_size={size}) outside npugraph.run_ranks: the other "
+            f"ranks never start here, so the rendezvous would wait until it times out. Run the per-rank function "
+            f"with npugraph.run_ranks(fn), which starts one rank per emulated NPU "
+            f"(@pytest.mark.npu_devices({size})).")
+
+
+def _guard_init_process_group() -> None:
+    original = dist.init_process_group
+    if getattr(original, "_npugraph", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)    # torch reports the bad call
+        _outside_run_ranks(bound)
+        return original(*args, **kwargs)
+
+    init_process_group._npugraph = True
+    dist.init_process_group = init_process_group
+    dist.distributed_c10d.init_process_group = init_process_group
+
+
 def _register() -> None:
     for name in ("hccl", "lccl"):
         if name.upper() not in dist.Backend._plugins:
@@ -35,6 +86,7 @@ def _register() -> None:
         c_module._distributed_c10d = _process_group
         sys.modules.setdefault("torch_npu._C._distributed_c10d", _process_group)
     _collectives.install()
+    _guard_init_process_group()
 
 
 _register()
