@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
@@ -107,7 +108,9 @@ class Block:
         self.stream_uses: set = set()  # sids from record_stream
         self.freed = False
 
-    def __del__(self):
+    def __del__(self, _finalizing=sys.is_finalizing):
+        if _finalizing():     # interpreter exit: module globals are already None; nothing left to account
+            return
         allocator = self.allocator
         if allocator is not None and not self.freed:
             allocator.free(self)

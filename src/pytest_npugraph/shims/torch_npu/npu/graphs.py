@@ -70,6 +70,9 @@ def graph_task_update_end(stream) -> None:
 
 
 # ------------------------------------------------------------------ SuperKernel scopes
+# torch_npu 2.14.0 passes the message and pta_error(...) as two arguments to RuntimeError in these four
+# checks (npu/graphs.py: the scope-name checks, NPUGraph.update, super_kernel_optimize), so e.args[0] is
+# the bare message and str(e) the tuple's repr; the emulator raises exactly what the wheel raises.
 def _check_scope_name(scope_name) -> None:
     if scope_name is not None and not scope_name.strip():
         raise RuntimeError("scope_name should be None or a non-empty string.", pta_error(ErrCode.PARAM))
