@@ -155,6 +155,7 @@ def _npu_empty(op):
         rt = _rt()
         index = rt.current_device() if device is None or device.index is None else device.index
         _check_device(index)
+        rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
         stream = rt.current_stream(index)
         pool = stream.capture.pool if stream.capture is not None else None
         nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))

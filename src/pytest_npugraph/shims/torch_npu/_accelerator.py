@@ -116,10 +116,28 @@ def inductor_entry(name: str):
     return _NoInductorForNpu
 
 
+def _refuse_inductor_on_npu() -> None:
+    """``torch.compile``'s inductor entry (``torch._TorchCompileInductorWrapper``): NPU example inputs
+    fail at once with ``INDUCTOR_MESSAGE``, before inductor lowers anything (CPU graphs compile as usual)."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None or getattr(wrapper.__call__, "_npugraph", False):
+        return
+    original = wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if any(isinstance(x, torch.Tensor) and x.device.type == "npu" for x in inputs_):
+            raise RuntimeError(INDUCTOR_MESSAGE)
+        return original(self, model_, inputs_)
+
+    __call__._npugraph = True
+    wrapper.__call__ = __call__
+
+
 def install() -> None:
     global _installed
     if _installed:
         return
+    _refuse_inductor_on_npu()
     torch.Generator = Generator
     torch.Tensor.pin_memory = pin_memory
     torch.Tensor.is_pinned = is_pinned
