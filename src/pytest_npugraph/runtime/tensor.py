@@ -602,6 +602,22 @@ def _host_read(func, plan, args, kwargs):
     return result
 
 
+def _mask_index(args) -> bool:
+    """An index list holding a boolean (or uint8) mask on the device: its count of true values, which
+    the host needs for the result's shape, is a device value (the real kernel calls ``nonzero``)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, NpuTensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+
+
+def _host_read_if(needs_host):
+    """An op that reads a device value to the host only in some calls (``needs_host(args, kwargs)``)."""
+    def op(func, plan, args, kwargs):
+        if needs_host(args, kwargs):
+            return _host_read(func, plan, args, kwargs)
+        return _run(func, plan, args, kwargs)
+    return op
+
+
 _HOST_KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "BackendSelect")
 
 
@@ -626,4 +642,15 @@ _SPECIAL = {
     "aten::unique_consecutive": _host_read,
     "aten::equal": _host_read,
     "aten::is_nonzero": _host_read,
+    # data-dependent output shapes (tests/precision/test_host_syncs.py lists every one)
+    "aten::_unique": _host_read,
+    "aten::bincount": _host_read,
+    "aten::allclose": _host_read,
+    "aten::index": _host_read_if(lambda args, kwargs: _mask_index(args)),
+    "aten::index_put": _host_read_if(lambda args, kwargs: _mask_index(args)),
+    "aten::index_put_": _host_read_if(lambda args, kwargs: _mask_index(args)),
+    "aten::_index_put_impl_": _host_read_if(lambda args, kwargs: _mask_index(args)),
+    # repeat_interleave.Tensor(repeats, *, output_size=None): the output's length is sum(repeats)
+    "aten::repeat_interleave": _host_read_if(
+        lambda args, kwargs: len(args) == 1 and isinstance(args[0], NpuTensor) and kwargs.get("output_size") is None),
 }
