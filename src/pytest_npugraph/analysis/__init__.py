@@ -2,34 +2,25 @@
 
 ``analyze(trace)`` runs every analysis in ``REGISTRY``.  An entry is ``(kinds, function)``:
 ``kinds`` are the hazard kinds it can report (``None``: any; used to skip analyses when
-``analyze`` is asked for other kinds) and ``function``
-is called as ``function(trace, cache)``, where ``cache`` is a dict shared by the analyses
-of one ``analyze`` call, so the happens-before clocks (``happens_before.of(trace, cache)``)
-and the race engine's conflicts are computed once.  To add an analysis, append one line.
+``analyze`` is asked for other kinds) and ``function`` is called as ``function(trace, cache)``,
+where ``cache`` is a dict shared by the analyses of one ``analyze`` call, so the happens-before
+clocks (``happens_before.of(trace, cache)``) and the race engine's conflicts are computed once.
+Every analysis is imported here by name: a renamed module fails at import, never silently
+yields no hazards.  To add an analysis, import it and append one line.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import traceback
 
 from ..hazard import KINDS
-from . import events, races, record_stream
+from . import cores, deadlock, events, overwrite, races, record_stream, reinplace, super_kernel
 
 
-def _optional(name: str):
-    """Run ``analysis.<name>.find(trace[, cache=...])`` if that module exists (imported lazily)."""
-    module_name = f"{__name__}.{name}"
-
+def _without_cache(find):
     def run(trace, cache):
-        if importlib.util.find_spec(module_name) is None:
-            return []
-        find = importlib.import_module(module_name).find
-        takes_cache = "cache" in inspect.signature(find).parameters
-        return find(trace, cache=cache) if takes_cache else find(trace)
+        return find(trace)
 
-    run.__name__ = f"{name}.find"
+    run.__name__ = f"{find.__module__}.find"
     return run
 
 
@@ -37,11 +28,11 @@ REGISTRY: list = [
     (("race",), races.find),
     (("missing-record-stream",), record_stream.find),
     (("event-misuse",), events.find),
-    (("core-limit", "limit-ineffective"), _optional("cores")),
-    (("deadlock",), _optional("deadlock")),
-    (("output-overwrite",), _optional("overwrite")),
-    (("super-kernel",), _optional("super_kernel")),
-    (("reinplace-conflict",), _optional("reinplace")),
+    (("core-limit", "limit-ineffective"), cores.find),
+    (("deadlock",), deadlock.find),
+    (("output-overwrite",), _without_cache(overwrite.find)),
+    (("super-kernel",), _without_cache(super_kernel.find)),
+    (("reinplace-conflict",), reinplace.find),
 ]
 
 
@@ -73,7 +64,8 @@ def analyze(trace, kinds=None) -> list:
         try:
             found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
         except Exception as exc:      # keep going: the other analyses' hazards must still be reported
-            failures.append((getattr(function, "__qualname__", repr(function)), exc))
+            name = function.__name__ if "." in function.__name__ else f"{function.__module__}.{function.__name__}"
+            failures.append((name, exc))
     if failures:
         raise AnalysisError(failures, found) from failures[0][1]
     return found

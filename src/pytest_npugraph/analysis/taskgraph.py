@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from ..trace import DeviceCores, EventRecord, EventWait, GroupCreated, HostSync, Kernel, Trace
+from . import describe
 
 CUBE, VECTOR = 0, 1
 TYPES = (CUBE, VECTOR)              # the two core pools of a device
@@ -78,9 +79,7 @@ def blocks(kernel: Kernel, pool: tuple) -> tuple:
     return tuple(out)
 
 
-def stream_name(trace: Trace, sid: int) -> str:
-    info = trace.streams.get(sid)
-    return info.label if info is not None else f"stream#{sid}"
+stream_name = describe.stream     # one naming of streams for every report
 
 
 @dataclass
