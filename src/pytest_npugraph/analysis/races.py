@@ -19,11 +19,13 @@ block's allocation stream without ``record_stream`` to it (``record_stream`` mod
 it); when it had ``record_stream``, the allocator keeps the address until that use is done,
 so there is no hazard; otherwise (also for graph-pool memory) it is a plain race.
 
-A race between another stream's read and a write by an in-place op that TorchAir's
+A race between another stream's earlier read and a later write by an in-place op that TorchAir's
 reinplace-inplaceable-ops pass made out of a functional op on an intermediate tensor (a
 ``Reinplace`` marker with verdict "applied", matched by graph, line and op) is classified
 ``reinplace-conflict`` (the ``reinplace`` module reports it): the compiler moved that write onto
-memory the other stream reads.  Writes of the input-mutated pass stay races: mutating the graph
+memory the other stream still reads (the old value).  A read issued *after* the reinplaced write
+consumes the value it produced: the functional graph has the same unordered producer and consumer,
+so that pair stays a ``race`` (one root cause, one report).  Writes of the input-mutated pass stay races: mutating the graph
 input was the user's own doing.
 
 Reports are deduplicated per (blocks, {(stream, site)} of both sides): a weight read
@@ -209,8 +211,7 @@ def _scan(trace, hb) -> list:
                 if a.stream in recorded.get(old, ()):
                     return  # the allocator held the address until this use was done
                 kind = "missing-record-stream"
-        if kind == "race" and earlier_writes != later_writes and reinplace_of(
-                reinplaced_ops, a if earlier_writes else x):
+        if kind == "race" and later_writes and not earlier_writes and reinplace_of(reinplaced_ops, x):
             kind = "reinplace-conflict"     # the reinplaced write against a read the functional op did not race
         key = (frozenset((old, span.block)), frozenset(((a.stream, a.site), (x.stream, x.site))))
         if key not in found:
