@@ -69,7 +69,7 @@ def test_side_stream_not_joined_before_capture_end():
     [h] = found(capture(join=False))
     assert h.streams == ["npu:0/side", "npu:0/capture"] and h.where == ["model.py:40", "model.py:50"]
     assert "did not wait for it before the capture ended" in h.message
-    assert "`npu:0/capture.wait_stream(npu:0/side)`" in h.message
+    assert "`torch.npu.current_stream().wait_stream(<the stream object of npu:0/side>)` on the capture stream" in h.message
 
 
 def test_joined_side_stream_is_silent():

@@ -230,7 +230,8 @@ def test_report_names_the_new_owner_and_its_first_write():
                  "freed at model.py:8 without `record_stream(npu:0/side)`",
                  "reuse it for the tensor allocated at model.py:9",
                  "first written by aten::fill_ at model.py:10 on npu:0/main",
-                 "call `t.record_stream(npu:0/side)`", "`npu:0/main.wait_stream(npu:0/side)`"):
+                 "call `t.record_stream(<the stream object of npu:0/side>)`",
+                 "`torch.npu.current_stream().wait_stream(<the stream object of npu:0/side>)`"):
         assert text in h.message
 
 

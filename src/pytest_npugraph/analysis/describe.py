@@ -50,8 +50,45 @@ def access(trace, kernel, writes: bool) -> str:
     return f"{stream(trace, kernel.stream)} {verb} it in {kernel.op} at {site(kernel)}"
 
 
+def mode(trace, kernel) -> str:
+    """Where a kernel ran, for fix texts in the right idiom: "ge" (a GE graph's own streams),
+    "reduce-overhead" (a TorchAir aclgraph replay), "capture" (a ``torch.npu.graph`` replay) or "eager"."""
+    label = stream(trace, kernel.stream)
+    if label.endswith(":main") or ":tag '" in label:
+        return "ge"
+    graph = getattr(kernel, "graph", None)
+    if graph:
+        return "reduce-overhead" if "[" in graph.split("#", 1)[0] else "capture"
+    return "eager"
+
+
+def stream_expr(trace, sid) -> str:
+    """A Python expression for a stream where one exists, else a placeholder naming it."""
+    label = stream(trace, sid)
+    return "torch.npu.default_stream()" if label.endswith("/default") else f"<the stream object of {label}>"
+
+
 def order_fix(trace, first, then) -> str:
-    """How to make record ``first`` happen before record ``then`` (on another stream)."""
+    """How to make record ``first`` happen before record ``then`` (on another stream), as code in the
+    idiom of where they ran, to paste at the named lines."""
     a, b = stream(trace, first.stream), stream(trace, then.stream)
-    return (f"record an event on {a} after line {site(first)} and wait for it on {b} before "
-            f"line {site(then)} (for example `{b}.wait_stream({a})` just before {site(then)})")
+    l1, l2 = site(first), site(then)
+    modes = {mode(trace, first), mode(trace, then)}
+    if modes == {"reduce-overhead"}:
+        return (f"in the compiled model, order the two with a tagged event (stream waits are not captured in "
+                f"reduce-overhead mode): create it once, `ev = torchair.ops.npu_create_tagged_event(tag=\"...\")`, "
+                f"call `torchair.ops.npu_tagged_event_record(ev)` after line {l1} in its stream scope and "
+                f"`torchair.ops.npu_tagged_event_wait(ev)` before line {l2} in its stream scope" +
+                (f" (line {l1} runs in both scopes: record after its first run, wait before its second)"
+                 if l1 == l2 else ""))
+    if modes == {"ge"}:
+        return (f"GE orders a stream's data inputs itself but this access has no data edge to the other one: add one "
+                f"before line {l2} with `torchair.ops.npu_wait_tensor(<the tensor used at {l2}>, <the tensor "
+                f"written at {l1}>)`")
+    wait = f"`torch.npu.current_stream().wait_stream({stream_expr(trace, first.stream)})`"
+    if l1 == l2:
+        return (f"line {l1} runs on {a} and then on {b} (a loop or a function called once per stream) and nothing "
+                f"orders the second run after the first: just before the run on {b}, make it wait for {a}: {wait}, "
+                f"or record an event on {a} after the first run and wait for it on {b}")
+    return (f"record an event on {a} after line {l1} and wait for it on {b} before line {l2}: for example "
+            f"{wait} just before line {l2}")

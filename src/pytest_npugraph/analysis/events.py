@@ -155,7 +155,7 @@ def _check_join(trace, found, hb, cap, end) -> None:
              f"{describe.site(last)}) but {capture} did not wait for it before the capture ended{ends}: "
              f"a side stream must be joined back before the end of capture. Fix: record an event on "
              f"{side} after line {describe.site(last)} and wait for it on {capture} before the capture "
-             f"ends (`{capture}.wait_stream({side})`).",
+             f"ends (`torch.npu.current_stream().wait_stream({describe.stream_expr(trace, sid)})` on the capture stream).",
              [last, end], [sid, end.stream])
 
 

@@ -130,8 +130,17 @@ def _hazard(trace, f: Finding) -> Hazard:
                 where.append(describe.site(f.new_write))
                 seqs.append(f.new_write.seq)
         parts.append(f"The allocator did reuse it for {describe.tensor(trace, f.new_block)}{written}.")
-    parts.append(
-        f"Fix: call `t.record_stream({b})` on this tensor before it is freed{freed_at}, or make {a} "
-        f"wait for {b} (`{a}.wait_stream({b})`) after line {describe.site(f.use)} and before line "
-        f"{describe.site(f.work)}.")
+    if describe.mode(trace, f.use) == "reduce-overhead":
+        parts.append(
+            f"In reduce-overhead mode this is real: a replay may write the memory while {b} still uses it. Fix: "
+            f"`torchair.ops.npu_record_tagged_stream(t, \"<tag of the stream scope at line {describe.site(f.use)}>\")` "
+            f"on this tensor after its use there (`record_stream` is not captured), or order {a} after that use with "
+            f"a tagged event (`npu_tagged_event_record` after line {describe.site(f.use)}, `npu_tagged_event_wait` "
+            f"before line {describe.site(f.work)}).")
+    else:
+        parts.append(
+            f"Fix: call `t.record_stream({describe.stream_expr(trace, f.use.stream)})` on this tensor before it is "
+            f"freed{freed_at}, or make {a} wait for {b} "
+            f"(`torch.npu.current_stream().wait_stream({describe.stream_expr(trace, f.use.stream)})` after line "
+            f"{describe.site(f.use)} and before line {describe.site(f.work)}).")
     return Hazard(KIND, " ".join(parts), where, [b, a], [f.use.op, f.work.op], tuple(seqs))
