@@ -50,11 +50,18 @@ def access(trace, kernel, writes: bool) -> str:
     return f"{stream(trace, kernel.stream)} {verb} it in {kernel.op} at {site(kernel)}"
 
 
+def ge_stream(trace, sid) -> bool:
+    """A GE graph's own stream (``npu:0/graph_1:main``, ``npu:0/graph_1:tag '1'``): GE plans that graph's
+    memory statically, cross-stream lifetimes included, so the caching allocator's reuse rules (and
+    ``record_stream``) do not apply to it."""
+    label = stream(trace, sid)
+    return label.endswith(":main") or ":tag '" in label
+
+
 def mode(trace, kernel) -> str:
     """Where a kernel ran, for fix texts in the right idiom: "ge" (a GE graph's own streams),
     "reduce-overhead" (a TorchAir aclgraph replay), "capture" (a ``torch.npu.graph`` replay) or "eager"."""
-    label = stream(trace, kernel.stream)
-    if label.endswith(":main") or ":tag '" in label:
+    if ge_stream(trace, kernel.stream):
         return "ge"
     graph = getattr(kernel, "graph", None)
     if graph:

@@ -198,6 +198,8 @@ def _scan(trace, hb) -> list:
     freed: dict = {}     # bid -> Free
     recorded: dict = {}  # bid -> sids given to record_stream before the free
     found: dict = {}
+    ge = {sid for sid in trace.streams if describe.ge_stream(trace, sid)}
+    ge_planned = ge.__contains__
 
     def conflict(entry, earlier_writes, x, span, later_writes):
         _, a, aspan = entry
@@ -207,6 +209,8 @@ def _scan(trace, hb) -> list:
         if old != span.block and old in freed:
             free = freed[old]
             info = blocks.get(old)
+            if ge_planned(a.stream):
+                return  # GE planned this memory statically: its reuse waits for every stream's use
             if info is not None and info.pool is None and info.stream != a.stream:
                 if a.stream in recorded.get(old, ()):
                     return  # the allocator held the address until this use was done

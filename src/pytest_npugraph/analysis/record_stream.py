@@ -18,6 +18,11 @@ the memory's new owner, on any stream, touching it while the old use on B may st
 One report per (block, use stream); when the allocator did hand the address to a new
 tensor (``Alloc.reuses``) the report names that tensor and its first write.
 
+Memory used by a GE graph's own streams is out of scope: GE allocates the whole graph's memory
+statically with cross-stream lifetimes accounted for, and ``record_stream`` cannot be called inside
+a GE graph.  In reduce-overhead graphs the omission is real (a replay may overwrite memory a scope
+stream still reads; TorchAir's answer is ``npu_record_tagged_stream``) and is reported.
+
 Graph-pool blocks (``BlockInfo.pool``) are out of scope: their memory goes back to later
 captures into the pool, not to the allocation stream, and ``record_stream`` does not guard it
 (overlapping replays are races; outputs overwritten by a replay are ``output-overwrite``).
@@ -61,7 +66,9 @@ def find(trace, cache: dict | None = None) -> list:
 
 def _scan(trace, hb):
     """Rule pass: ``{(X, B): Finding}`` and the first write of each block that reused an address."""
-    alloc_stream = {bid: info.stream for bid, info in trace.blocks.items() if info.pool is None}
+    ge = {sid for sid in trace.streams if describe.ge_stream(trace, sid)}
+    alloc_stream = {bid: info.stream for bid, info in trace.blocks.items()
+                    if info.pool is None and info.stream not in ge}
     uses: dict = {}         # bid -> {sid: last Kernel using it there}, other streams only
     recorded: dict = {}     # bid -> sids given to record_stream
     pending: dict = {}      # sid A -> [(X, B, use, Free)] waiting for A's next kernel
