@@ -64,8 +64,8 @@ def mode(trace, kernel) -> str:
     if ge_stream(trace, kernel.stream):
         return "ge"
     graph = getattr(kernel, "graph", None)
-    if graph:
-        return "reduce-overhead" if "[" in graph.split("#", 1)[0] else "capture"
+    if graph is not None:
+        return "capture" if graph.key is None else "reduce-overhead"   # NPUGraph has no aclgraph key
     return "eager"
 
 
