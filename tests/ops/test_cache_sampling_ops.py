@@ -103,3 +103,20 @@ def test_top_k_top_p_always_keeps_the_largest_and_checks_arguments():
         S.npu_top_k_top_p(logits, None, torch.tensor([1, 2]))
     with pytest.raises(RuntimeError, match="logits must be 2-dimensional"):
         S.npu_top_k_top_p(logits[0], None, torch.tensor([1], dtype=torch.int32))
+
+
+# ============================================================================ formats
+def test_format_casts_tag_the_storage_and_get_npu_format_reads_it(npugraph):
+    import torch_npu
+
+    x = torch.rand(2, 3, 4, 5).npu()
+    assert torch_npu.get_npu_format(x) == torch_npu.Format.NCHW == 0        # the doc's example
+    nz = torch_npu.npu_format_cast(x, 29)
+    assert torch_npu.get_npu_format(nz) == torch_npu.Format.FRACTAL_NZ
+    assert torch_npu.get_npu_format(x) == 0 and torch.equal(nz.cpu(), x.cpu())   # a copy; values kept
+    assert torch_npu.get_npu_format(nz[0]) == 29                                 # views share the storage's format
+    w = torch.rand(4, 8).npu()
+    assert torch_npu.get_npu_format(w) == torch_npu.Format.ND
+    torch_npu.npu_format_cast_(w, nz)
+    assert torch_npu.get_npu_format(w) == 29
+    assert torch_npu.get_npu_format(torch_npu.npu_format_cast(torch.rand(3).npu(), w)) == 29

@@ -1,13 +1,22 @@
-"""Attention and rotary embedding: npu_rotary_mul, npu_fused_infer_attention_score."""
+"""Inference attention and npu_rotary_mul.
+
+npu_fused_infer_attention_score (v1; v2 is v1's math under v2's argument names plus learnable_sink),
+its ``.out`` overloads that write caller-owned buffers (vLLM-Ascend's graph-capture path, with
+``_npu_fused_infer_attention_score*_get_max_workspace`` / ``*_infer_output`` for the buffers), and the
+older prefill/decode entry points npu_prompt_flash_attention and npu_incre_flash_attention, both the
+same math.  FIA v1/v2 and their ``.out`` are graph-updatable under ``torch.npu.graph`` auto-dispatch.
+"""
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from ._common import _check, _f32, _quant_round, _unsupported
-from .spec import OpSpec, generated, mix, vector
+from .spec import OpSpec, cores, generated, mix, vector
 
 
 def npu_rotary_mul(self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half",
@@ -257,9 +266,358 @@ def _requantise(out: torch.Tensor, quant_scale2: torch.Tensor, quant_offset2: Op
     return _quant_round(y, 127.0)
 
 
+# ----------------------------------------------------------------------------- FIA shapes, .out, v2, PFA, IFA
+def _value_d(block_table, value, query, q_layout: str, kv_heads: int) -> int:
+    """The value head dim (torch_npu's meta rule; int32 values are 8 packed int4)."""
+    if block_table is not None:
+        _check(value.dim() in (3, 4, 5), lambda: "when Page Attention enabled, value's dim should be 3/4/5, but got "
+                                                 + str(value.dim()))
+        d = {3: lambda: value.size(2) // kv_heads, 4: lambda: value.size(3),
+             5: lambda: value.size(2) * value.size(4)}[value.dim()]()
+    else:
+        _check(value.dim() == query.dim(), lambda: f"when Page Attention not enabled, value'dim{value.dim()} should "
+                                                   f"equal to query's dim{query.dim()}!")
+        d = value.size(2) // kv_heads if q_layout == "BSH" else value.size(3 if q_layout in ("BNSD", "BSND") else 2)
+    return d * (8 if value.dtype == torch.int32 else 1)
+
+
+def _fia_output_shapes(query, value, input_layout: str, num_heads: int, num_key_value_heads: int, block_table,
+                       softmax_lse_flag: bool):
+    """(attention_out shape, softmax_lse shape) of a fused-infer-attention call."""
+    _check(num_heads > 0, lambda: "numHeads should be greater than 0, but got " + str(num_heads))
+    _check(input_layout in _FIA_LAYOUTS, lambda: f"Layout {input_layout} is not supported!")
+    q_layout, out_layout, q_rank = _FIA_LAYOUTS[input_layout]
+    _check(query.dim() == q_rank, lambda: f"Layout {q_layout}, queryDims({query.dim()}) must be {q_rank}!")
+    value_d = _value_d(block_table, value, query, q_layout, num_key_value_heads or num_heads)
+    if q_layout in ("TND", "NTD"):
+        t, n, d = (query.size(0), query.size(1), query.size(2)) if q_layout == "TND" else \
+            (query.size(1), query.size(0), query.size(2))
+        out_d = d if value_d == 0 or d == 0 else value_d
+        out = [t, n, out_d] if out_layout == "TND" else [n, t, out_d]
+        lse = [t, n, 1]
+    else:
+        if q_layout == "BSH":
+            b, s, n, d = query.size(0), query.size(1), num_heads, query.size(2) // num_heads
+        elif q_layout == "BSND":
+            b, s, n, d = query.shape
+        elif q_layout == "BNSD":
+            b, n, s, d = query.shape
+        else:                                                        # NSD
+            b, n, s, d = 1, query.size(0), query.size(1), query.size(2)
+        out_d = d if value_d == 0 or d == 0 else value_d
+        out = {"BSH": [b, s, n * value_d if value_d and query.size(2) else query.size(2)], "BSND": [b, s, n, out_d],
+               "BNSD": [b, n, s, out_d], "NBSD": [n, b, s, out_d], "NSD": [n, s, out_d]}[out_layout]
+        lse = [b, n, s, 1]
+    return out, (lse if softmax_lse_flag else [0])
+
+
+def _fia_out_dtype(query, quant_scale2, query_rope):
+    if quant_scale2 is not None:
+        return torch.int8
+    if query.dtype == torch.int8:
+        return torch.float16 if query_rope is None else query_rope.dtype
+    return query.dtype
+
+
+def _fia_meta(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None, block_table=None,
+              quant_scale2=None, query_rope=None, num_heads=1, input_layout="BSH", num_key_value_heads=0,
+              softmax_lse_flag=False, **_):
+    out, lse = _fia_output_shapes(query, value, input_layout, num_heads, num_key_value_heads, block_table,
+                                  softmax_lse_flag)
+    return (query.new_empty(out, dtype=_fia_out_dtype(query, quant_scale2, query_rope)),
+            query.new_empty(lse, dtype=torch.float32))
+
+
+def _npu_fused_infer_attention_score_infer_output(query, value, *, input_layout="BSH", quant_scale2=None,
+                                                  block_table=None, num_heads=1, num_key_value_heads=0,
+                                                  softmax_lse_flag=False, query_rope=None):
+    """Output buffers (zero-filled) shaped as the op returns them (torch.npu.graph's capture pre-allocation)."""
+    out, lse = _fia_output_shapes(query, value, input_layout, num_heads, num_key_value_heads, block_table,
+                                  softmax_lse_flag)
+    return (torch.zeros(out, dtype=_fia_out_dtype(query, quant_scale2, query_rope)),
+            torch.zeros(lse, dtype=torch.float32))
+
+
+_WORKSPACE_BYTES = 64   # the CPU math needs none; a small buffer stands for the kernel's scratch memory
+
+
+def _workspace(*args, **kwargs) -> torch.Tensor:
+    """``_get_max_workspace``: the scratch buffer handed to ``.out`` (its real size is hardware-specific)."""
+    return torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8)
+
+
+def _write_out(result, attention_out, softmax_lse, lse_wanted: bool):
+    """Copy a (attention, lse) result into caller-owned buffers, as the ``.out`` kernels write them."""
+    attention, lse = result
+    _check(attention_out.shape == attention.shape,
+           lambda: f"attention_out has shape {list(attention_out.shape)}, expected {list(attention.shape)}")
+    attention_out.copy_(attention)
+    if lse_wanted:
+        _check(softmax_lse.shape == lse.shape,
+               lambda: f"softmax_lse has shape {list(softmax_lse.shape)}, expected {list(lse.shape)}")
+        softmax_lse.copy_(lse)
+    return attention_out, softmax_lse
+
+
+def npu_fused_infer_attention_score_out(query, key, value, *, workspace=None, attention_out, softmax_lse, **kwargs):
+    """``npu_fused_infer_attention_score.out``: the result written into attention_out (and softmax_lse with
+    softmax_lse_flag); the workspace is only scratch memory."""
+    result = npu_fused_infer_attention_score(query, key, value, **kwargs)
+    return _write_out(result, attention_out, softmax_lse, kwargs.get("softmax_lse_flag", False))
+
+
+_FIA_V2 = "npu_fused_infer_attention_score_v2"
+_V2_UNMODELLED = ("dequant_scale_query", "dequant_scale_key", "dequant_offset_key", "dequant_scale_value",
+                  "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_p", "query_dtype", "key_dtype",
+                  "value_dtype", "query_rope_dtype", "key_rope_dtype", "key_shared_prefix_dtype",
+                  "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
+                  "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype")
+
+
+def npu_fused_infer_attention_score_v2(
+        query, key, value, *, query_rope=None, key_rope=None, pse_shift=None, atten_mask=None, actual_seq_qlen=None,
+        actual_seq_kvlen=None, block_table=None, dequant_scale_query=None, dequant_scale_key=None,
+        dequant_offset_key=None, dequant_scale_value=None, dequant_offset_value=None, dequant_scale_key_rope=None,
+        quant_scale_out=None, quant_offset_out=None, quant_scale_p=None, learnable_sink=None, num_query_heads=1,
+        num_key_value_heads=0, softmax_scale=1.0, pre_tokens=2147483647, next_tokens=2147483647, input_layout="BSH",
+        sparse_mode=0, block_size=0, query_quant_mode=0, key_quant_mode=0, value_quant_mode=0, inner_precise=0,
+        return_softmax_lse=False, query_dtype=None, key_dtype=None, value_dtype=None, query_rope_dtype=None,
+        key_rope_dtype=None, key_shared_prefix_dtype=None, value_shared_prefix_dtype=None,
+        dequant_scale_query_dtype=None, dequant_scale_key_dtype=None, dequant_scale_value_dtype=None,
+        dequant_scale_key_rope_dtype=None, out_dtype=None):
+    """v2 of fused infer attention: v1's math under v2's argument names, plus ``learnable_sink``.
+
+    learnable_sink (one logit per query head) joins every row's softmax and takes its share of the
+    probability mass: ``out = out_v1 * sigmoid(lse - sink[h])`` and ``lse = logaddexp(lse, sink[h])``.
+    """
+    _check(num_query_heads > 0, lambda: "numHeads should be greater than 0, but got " + str(num_query_heads))
+    args = locals()
+    given = [name for name in _V2_UNMODELLED if args[name] is not None]
+    if given or query_quant_mode or key_quant_mode or value_quant_mode:
+        raise _unsupported(_FIA_V2, ", ".join(given) or "quant modes")
+    attention, lse = npu_fused_infer_attention_score(
+        query, key, value, pse_shift=pse_shift, atten_mask=atten_mask, actual_seq_lengths=actual_seq_qlen,
+        actual_seq_lengths_kv=actual_seq_kvlen, quant_scale2=None if learnable_sink is not None else quant_scale_out,
+        quant_offset2=None if learnable_sink is not None else quant_offset_out, block_table=block_table,
+        query_rope=query_rope, key_rope=key_rope, num_heads=num_query_heads, scale=softmax_scale,
+        pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
+        num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode, inner_precise=inner_precise,
+        block_size=block_size, softmax_lse_flag=return_softmax_lse or learnable_sink is not None)
+    if learnable_sink is None:
+        return attention, lse
+    _check(input_layout in ("TND", "NTD_TND"), f"{_FIA_V2}: learnable_sink only supports the TND and NTD_TND layouts")
+    sink = learnable_sink.float().reshape(1, -1, 1)                   # (1, N, 1) against lse (T, N, 1)
+    alive = torch.isfinite(lse)
+    keep = torch.where(alive, torch.sigmoid(lse - sink), torch.zeros_like(lse))
+    scaled = attention.float() * keep                                 # TND rows: (T, N, D) * (T, N, 1)
+    if quant_scale_out is not None:
+        result = _requantise(scaled.transpose(0, 1), quant_scale_out, quant_offset_out).transpose(0, 1)
+    else:
+        result = scaled.to(attention.dtype)
+    new_lse = torch.where(alive, torch.logaddexp(lse, sink), lse)
+    if not return_softmax_lse:
+        new_lse = torch.empty(0, dtype=torch.float32)
+    return result, new_lse
+
+
+def _fia_v2_meta(query, key, value, *, block_table=None, quant_scale_out=None, query_rope=None, num_query_heads=1,
+                 input_layout="BSH", num_key_value_heads=0, return_softmax_lse=False, **_):
+    out, lse = _fia_output_shapes(query, value, input_layout, num_query_heads, num_key_value_heads, block_table,
+                                  return_softmax_lse)
+    return (query.new_empty(out, dtype=_fia_out_dtype(query, quant_scale_out, query_rope)),
+            query.new_empty(lse, dtype=torch.float32))
+
+
+def _npu_fused_infer_attention_score_v2_infer_output(query, value, *, query_dtype=None, value_dtype=None,
+                                                     input_layout="BSH", quant_scale_out=None, block_table=None,
+                                                     num_query_heads=1, num_key_value_heads=0,
+                                                     return_softmax_lse=False, query_rope=None, out_dtype=None):
+    out, lse = _fia_output_shapes(query, value, input_layout, num_query_heads, num_key_value_heads, block_table,
+                                  return_softmax_lse)
+    return (torch.zeros(out, dtype=_fia_out_dtype(query, quant_scale_out, query_rope)),
+            torch.zeros(lse, dtype=torch.float32))
+
+
+def npu_fused_infer_attention_score_v2_out(query, key, value, *, workspace=None, attention_out, softmax_lse, **kwargs):
+    result = npu_fused_infer_attention_score_v2(query, key, value, **kwargs)
+    return _write_out(result, attention_out, softmax_lse, kwargs.get("return_softmax_lse", False))
+
+
+def npu_prompt_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
+                               actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None,
+                               quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0,
+                               pre_tokens=2147483647, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
+                               actual_seq_lengths_kv=None, sparse_mode=0):
+    """Prefill attention: fused infer attention's math (note next_tokens defaults to 0 here, so a given
+    sparse_mode-0 mask is also causal); sparse modes 10-14 are modes 0-4 in high precision."""
+    if padding_mask is not None:
+        raise _unsupported("npu_prompt_flash_attention", "padding_mask")
+    if 10 <= sparse_mode <= 14:
+        sparse_mode -= 10
+    return npu_fused_infer_attention_score(
+        query, key, value, pse_shift=pse_shift, atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
+        actual_seq_lengths_kv=actual_seq_lengths_kv, dequant_scale1=deq_scale1, quant_scale1=quant_scale1,
+        dequant_scale2=deq_scale2, quant_scale2=quant_scale2, quant_offset2=quant_offset2, num_heads=num_heads,
+        scale=scale_value, pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
+        num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode)[0]
+
+
+def _pfa_meta(query, key, value, *, quant_scale2=None, input_layout="BSH", **_):
+    shape = list(query.shape)
+    if input_layout == "TND":
+        shape = [query.size(0), query.size(1), value.size(2)]
+    elif input_layout == "BNSD_BSND":
+        shape = [query.size(0), query.size(2), query.size(1), query.size(3)]
+    dtype = torch.int8 if quant_scale2 is not None else torch.float16 if query.dtype == torch.int8 else query.dtype
+    return query.new_empty(shape, dtype=dtype)
+
+
+def npu_incre_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
+                              actual_seq_lengths=None, antiquant_scale=None, antiquant_offset=None, block_table=None,
+                              dequant_scale1=None, quant_scale1=None, dequant_scale2=None, quant_scale2=None,
+                              quant_offset2=None, kv_padding_size=None, num_heads=1, scale_value=1.0,
+                              input_layout="BSH", num_key_value_heads=0, block_size=0, inner_precise=1):
+    """Decode attention (one query token per batch): fused infer attention's math with
+    ``actual_seq_lengths`` as the per-batch KV lengths; a block_table reads KV from a paged cache."""
+    if padding_mask is not None:
+        raise _unsupported("npu_incre_flash_attention", "padding_mask")
+    return npu_fused_infer_attention_score(
+        query, key, value, pse_shift=pse_shift, atten_mask=atten_mask, actual_seq_lengths_kv=actual_seq_lengths,
+        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, block_table=block_table,
+        dequant_scale1=dequant_scale1, quant_scale1=quant_scale1, dequant_scale2=dequant_scale2,
+        quant_scale2=quant_scale2, quant_offset2=quant_offset2, kv_padding_size=kv_padding_size, num_heads=num_heads,
+        scale=scale_value, input_layout=input_layout, num_key_value_heads=num_key_value_heads,
+        block_size=block_size)[0]
+
+
+def _ifa_meta(query, key, value, *, quant_scale2=None, **_):
+    dtype = torch.int8 if quant_scale2 is not None else torch.float16 if query.dtype == torch.int8 else query.dtype
+    return torch.empty_like(query, dtype=dtype)
+
+
+def _with_schema_signature(fn, schema: str):
+    """``fn(*args, **kwargs)`` given the exact signature of ``schema`` (for overloads whose long argument
+    lists are forwarded unchanged), so introspection and argument checks see the real parameters."""
+    parsed = torch._C.parse_schema(schema)
+    params, kind = [], inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for arg in parsed.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if arg.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+        params.append(inspect.Parameter(arg.name, kind, default=default))
+    def forward(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    functools.update_wrapper(forward, fn)
+    forward.__signature__ = inspect.Signature(params)
+    return forward
+
+
+# Verbatim torch_npu 2.14.0 schemas (npu_native_functions_by_codegen.yaml).
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_OUT = (
+    'npu_fused_infer_attention_score.out(Tensor query, Tensor key, Tensor value, *, Tensor? '
+    'pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? '
+    'actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? '
+    'dequant_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? '
+    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? key_antiquant_scale=None, Tensor? '
+    'key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, '
+    'Tensor? block_table=None, Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? '
+    'key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, '
+    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int '
+    'num_heads=1, float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str '
+    'input_layout="BSH", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int '
+    'block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, bool '
+    'softmax_lse_flag=False, Tensor? workspace=None, Tensor(a!) attention_out, Tensor(b!) softmax_lse) ->'
+    ' (Tensor(a!), Tensor(b!))')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_GET_MAX_WORKSPACE = (
+    '_npu_fused_infer_attention_score_get_max_workspace(Tensor query, Tensor key, Tensor value, *, '
+    'Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? '
+    'actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? '
+    'dequant_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? '
+    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? key_antiquant_scale=None, Tensor? '
+    'key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, '
+    'Tensor? block_table=None, Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? '
+    'key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, '
+    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int '
+    'num_heads=1, float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str '
+    'input_layout="BSH", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int '
+    'block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, bool '
+    'softmax_lse_flag=False) -> Tensor')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_INFER_OUTPUT = (
+    '_npu_fused_infer_attention_score_infer_output(Tensor query, Tensor value, *, str input_layout="BSH",'
+    ' Tensor? quant_scale2=None, Tensor? block_table=None, int num_heads=1, int num_key_value_heads=0, '
+    'bool softmax_lse_flag=False, Tensor? query_rope=None) -> (Tensor, Tensor)')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2 = (
+    'npu_fused_infer_attention_score_v2(Tensor query, Tensor key, Tensor value, *, Tensor? '
+    'query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? '
+    'actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
+    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
+    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
+    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
+    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
+    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
+    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
+    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
+    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
+    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
+    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
+    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) -> '
+    '(Tensor, Tensor)')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_OUT = (
+    'npu_fused_infer_attention_score_v2.out(Tensor query, Tensor key, Tensor value, *, Tensor? '
+    'query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? '
+    'actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
+    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
+    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
+    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
+    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
+    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
+    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
+    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
+    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
+    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
+    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
+    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None, Tensor?'
+    ' workspace=None, Tensor(a!) attention_out, Tensor(b!) softmax_lse) -> (Tensor(a!), Tensor(b!))')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_GET_MAX_WORKSPACE = (
+    '_npu_fused_infer_attention_score_v2_get_max_workspace(Tensor query, Tensor key, Tensor value, *, '
+    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, '
+    'SymInt[]? actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
+    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
+    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
+    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
+    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
+    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
+    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
+    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
+    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
+    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
+    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
+    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) -> '
+    'Tensor')
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_INFER_OUTPUT = (
+    '_npu_fused_infer_attention_score_v2_infer_output(Tensor query, Tensor value, *, int? '
+    'query_dtype=None, int? value_dtype=None, str input_layout="BSH", Tensor? quant_scale_out=None, '
+    'Tensor? block_table=None, int num_query_heads=1, int num_key_value_heads=0, bool '
+    'return_softmax_lse=False, Tensor? query_rope=None, int? out_dtype=None) -> (Tensor, Tensor)')
+_S_NPU_PROMPT_FLASH_ATTENTION = (
+    'npu_prompt_flash_attention(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, '
+    'Tensor? atten_mask=None, Tensor? pse_shift=None, int[]? actual_seq_lengths=None, Tensor? '
+    'deq_scale1=None, Tensor? quant_scale1=None, Tensor? deq_scale2=None, Tensor? quant_scale2=None, '
+    'Tensor? quant_offset2=None, int num_heads=1, float scale_value=1.0, int pre_tokens=2147483647, int '
+    'next_tokens=0, str input_layout="BSH", int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None,'
+    ' int sparse_mode=0) -> Tensor')
+_S_NPU_INCRE_FLASH_ATTENTION = (
+    'npu_incre_flash_attention(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, '
+    'Tensor? atten_mask=None, Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, Tensor? '
+    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? '
+    'dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? '
+    'quant_scale2=None, Tensor? quant_offset2=None, Tensor? kv_padding_size=None, int num_heads=1, float '
+    'scale_value=1.0, str input_layout="BSH", int num_key_value_heads=0, int block_size=0, int '
+    'inner_precise=1) -> Tensor')
+
+
 SPECS = [
     # No math yet; facts of TorchAir and torch.npu.graph about them.
-    OpSpec(generated("npu_fused_infer_attention_score_v2"), graph_updatable=True),
     OpSpec(generated("npu_fusion_attention_v3"), graph_updatable=True),
     OpSpec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
            npu_rotary_mul, vector()),
@@ -275,6 +633,27 @@ SPECS = [
            "int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
            "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, "
            "int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, "
-           "bool softmax_lse_flag=False) -> (Tensor, Tensor)", npu_fused_infer_attention_score, mix(),
+           "bool softmax_lse_flag=False) -> (Tensor, Tensor)", npu_fused_infer_attention_score, mix(), meta=_fia_meta,
            graph_updatable=True),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_OUT,
+           _with_schema_signature(npu_fused_infer_attention_score_out, _S_NPU_FUSED_INFER_ATTENTION_SCORE_OUT), mix(),
+           graph_updatable=True),
+    # host-side helpers of torch.npu.graph's capture: a scratch buffer and the empty output buffers
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_GET_MAX_WORKSPACE,
+           _with_schema_signature(_workspace, _S_NPU_FUSED_INFER_ATTENTION_SCORE_GET_MAX_WORKSPACE),
+           cores("AIV", limit_applies=False)),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_INFER_OUTPUT, _npu_fused_infer_attention_score_infer_output,
+           cores("AIV", limit_applies=False)),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2, npu_fused_infer_attention_score_v2, mix(), meta=_fia_v2_meta,
+           graph_updatable=True),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_OUT,
+           _with_schema_signature(npu_fused_infer_attention_score_v2_out, _S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_OUT),
+           mix(), graph_updatable=True),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_GET_MAX_WORKSPACE,
+           _with_schema_signature(_workspace, _S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_GET_MAX_WORKSPACE),
+           cores("AIV", limit_applies=False)),
+    OpSpec(_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_INFER_OUTPUT, _npu_fused_infer_attention_score_v2_infer_output,
+           cores("AIV", limit_applies=False)),
+    OpSpec(_S_NPU_PROMPT_FLASH_ATTENTION, npu_prompt_flash_attention, mix(), meta=_pfa_meta),
+    OpSpec(_S_NPU_INCRE_FLASH_ATTENTION, npu_incre_flash_attention, mix(), meta=_ifa_meta),
 ]

@@ -1,4 +1,11 @@
-"""Layout and memory-side ops: npu_format_cast(_), npu_prefetch."""
+"""Layout and memory-side ops: npu_format_cast(_), npu_prefetch, and the storage-format tag.
+
+An NPU storage has a format (ND, NCHW, FRACTAL_NZ, ...; the ``torch_npu.Format`` numbers).  Values on
+the emulated device are always kept in their logical (ND) order; the format is a tag on the storage,
+set by the format casts and read by ``torch_npu.get_npu_format``.  Views share their storage's tag, as
+they share the storage's format on the device.  A storage nobody cast has the base format of its
+tensor's rank: NCHW for 4-D, NCDHW for 5-D, ND otherwise.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -16,28 +23,45 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
     _check(offset >= 0, lambda: f"The offset should be nonnegative, but got {offset}.")
 
 
+_NCHW, _ND, _NCDHW = 0, 2, 30
+_FORMAT_TAG = "_npu_format"
+
+
+def storage_format(t: torch.Tensor) -> int:
+    """The format number of the storage behind ``t`` (a CPU payload): its tag, else the rank's base format."""
+    tag = getattr(t.untyped_storage(), _FORMAT_TAG, None)
+    if tag is not None:
+        return tag
+    return _NCHW if t.dim() == 4 else _NCDHW if t.dim() == 5 else _ND
+
+
+def _tag(t: torch.Tensor, acl_format: int) -> torch.Tensor:
+    setattr(t.untyped_storage(), _FORMAT_TAG, int(acl_format))
+    return t
+
+
 def npu_format_cast(self: torch.Tensor, acl_format: int, *, customize_dtype: Optional[int] = None,
                     input_dtype: Optional[int] = None) -> torch.Tensor:
-    """Storage-format change: values are unchanged (the runtime tracks the format tag)."""
-    return self.clone()
+    """Storage-format change: a copy with the same values in a storage of format ``acl_format``."""
+    return _tag(self.clone(), acl_format)
 
 
 def npu_format_cast_tensor(self: torch.Tensor, dst: torch.Tensor, *, customize_dtype: Optional[int] = None,
                            input_dtype: Optional[int] = None) -> torch.Tensor:
-    """``npu_format_cast.Tensor``: take ``dst``'s format; values unchanged."""
-    return self.clone()
+    """``npu_format_cast.Tensor``: a copy in ``dst``'s format; values unchanged."""
+    return _tag(self.clone(), storage_format(dst))
 
 
 def npu_format_cast_inplace(self: torch.Tensor, src: torch.Tensor, *, customize_dtype: Optional[int] = None,
                             input_dtype: Optional[int] = None) -> torch.Tensor:
-    """``npu_format_cast_``: in-place format change, returns ``self`` with values unchanged."""
-    return self
+    """``npu_format_cast_``: ``self``'s storage takes ``src``'s format; returns ``self``, values unchanged."""
+    return _tag(self, storage_format(src))
 
 
 def npu_format_cast_inplace_acl_format(self: torch.Tensor, acl_format: int, *, customize_dtype: Optional[int] = None,
                                        input_dtype: Optional[int] = None) -> torch.Tensor:
     """``npu_format_cast_.acl_format``: in-place format change by format number."""
-    return self
+    return _tag(self, acl_format)
 
 
 _FORMAT_CAST_KW = "*, int? customize_dtype=None, int? input_dtype=None"
