@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from ._common import _check
 from .spec import OpSpec, vector
 
 _OP = "npu_scatter_nd_update"
 
-
-def _check(cond: bool, message) -> None:
-    if not cond:
-        raise RuntimeError(message() if callable(message) else message)
 
 
 def _scatter(target: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, op: str) -> None:

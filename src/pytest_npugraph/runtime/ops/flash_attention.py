@@ -32,6 +32,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from ._common import _check, _unsupported
 from .spec import OpSpec, mix
 
 _FA = "npu_fusion_attention"
@@ -39,15 +40,6 @@ _LAYOUTS = ("BSH", "SBH", "BNSD", "BSND", "TND")
 _STAT_WIDTH = 8          # softmax_max/softmax_sum repeat each row statistic 8 times
 
 
-def _check(cond: bool, message) -> None:
-    if not cond:
-        raise RuntimeError(message() if callable(message) else message)
-
-
-def _unsupported(op: str, feature: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{op}: {feature} is not supported by the pytest-npugraph CPU reference; supply an "
-        f"implementation through the pytest_npugraph_register_ops hook")
 
 
 # ----------------------------------------------------------------------------- argument checks

@@ -25,18 +25,10 @@ from typing import Optional
 
 import torch
 
+from ._common import _check, _unsupported
 from .spec import OpSpec, mix
 
 
-def _check(cond: bool, message) -> None:
-    if not cond:
-        raise RuntimeError(message() if callable(message) else message)
-
-
-def _unsupported(op: str, feature: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{op}: {feature} is not supported by the pytest-npugraph CPU reference; supply an "
-        f"implementation through the pytest_npugraph_register_ops hook")
 
 
 def _rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:

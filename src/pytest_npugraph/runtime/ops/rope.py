@@ -22,18 +22,10 @@ from typing import Optional
 
 import torch
 
+from ._common import _check, _unsupported
 from .spec import OpSpec, vector
 
 
-def _check(cond: bool, message) -> None:
-    if not cond:
-        raise RuntimeError(message() if callable(message) else message)
-
-
-def _unsupported(op: str, feature: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{op}: {feature} is not supported by the pytest-npugraph CPU reference; supply an "
-        f"implementation through the pytest_npugraph_register_ops hook")
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

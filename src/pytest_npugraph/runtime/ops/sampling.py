@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from ._common import _check
 from .spec import OpSpec, vector
 
 _OP = "npu_top_k_top_p"
 
-
-def _check(cond: bool, message) -> None:
-    if not cond:
-        raise RuntimeError(message() if callable(message) else message)
 
 
 def npu_top_k_top_p(logits: torch.Tensor, p=None, k=None) -> torch.Tensor:
