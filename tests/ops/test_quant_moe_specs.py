@@ -154,19 +154,10 @@ def _backend(name):
     return torchair.get_npu_backend(compiler_config=config)
 
 
-# An aclgraph replay whose outputs include an empty tensor (dispatch v2's tp_recv_counts with
-# tp_world_size 0, as vLLM-Ascend calls it) crashes the output-overwrite bookkeeping: the empty
-# output has no memory span and GraphOutputs records a None (compiler/emit.py, analysis/overwrite.py).
-_EMPTY_OUTPUT_BUG = pytest.mark.xfail(raises=AttributeError, strict=True,
-                                      reason="GraphOutputs records a None span for an empty graph output")
-
-
 def _compile_cases():
     for spec in SPECS:
         for backend in ("eager", "aot_eager", "torchair:max-autotune", "torchair:reduce-overhead"):
-            marks = [_EMPTY_OUTPUT_BUG] if (spec.name, backend) == ("npu_moe_distribute_dispatch_v2",
-                                                                    "torchair:reduce-overhead") else []
-            yield pytest.param(spec, backend, marks=marks, id=f"{spec.name}-{backend}")
+            yield pytest.param(spec, backend, id=f"{spec.name}-{backend}")
 
 
 @pytest.mark.parametrize("spec,backend", list(_compile_cases()))

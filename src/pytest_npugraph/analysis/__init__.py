@@ -20,7 +20,7 @@ def _without_cache(find):
     def run(trace, cache):
         return find(trace)
 
-    run.__name__ = f"{find.__module__}.find"
+    run.__name__ = run.__qualname__ = f"{find.__module__}.find"
     return run
 
 
@@ -64,8 +64,7 @@ def analyze(trace, kinds=None) -> list:
         try:
             found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
         except Exception as exc:      # keep going: the other analyses' hazards must still be reported
-            name = function.__name__ if "." in function.__name__ else f"{function.__module__}.{function.__name__}"
-            failures.append((name, exc))
+            failures.append((function.__qualname__, exc))
     if failures:
         raise AnalysisError(failures, found) from failures[0][1]
     return found

@@ -331,7 +331,8 @@ class AclConcreteGraph:
                 if isinstance(t, NpuTensor) and j not in aliased:
                     t._graph_call = call
         emit.graph_outputs(rt, rt.current_stream(), self.name, meta.key, self.record.replays,
-                           tuple(span(t) for t in outputs if isinstance(t, NpuTensor)), caller_of_compiled())
+                           tuple(s for s in (span(t) for t in outputs if isinstance(t, NpuTensor)) if s is not None),
+                           caller_of_compiled())   # an empty output has no memory to overwrite
         return outputs
 
 
