@@ -6,6 +6,7 @@ the core/deadlock analyses match: one kernel per rank, on its stream, keyed (gro
 """
 import os
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -133,6 +134,30 @@ def test_rooted_collectives_reduce_gather_scatter(npugraph):
     assert [r for r, _, _ in results] == [[1.0, 1.0], [24.0, 24.0], [3.0, 3.0], [4.0, 4.0]]
     assert results[2][1] == [[float(q)] * 2 for q in range(4)]
     assert [s for _, _, s in results] == [[10.0 + rank] * 3 for rank in range(4)]
+
+
+@pytest.mark.npu_devices(2)
+def test_a_host_read_right_after_the_collective_sees_its_result(npugraph, monkeypatch):
+    """The host of the first rank to issue reads while the last rank's thread is still computing
+    the collective (made slow here): the read waits for the results and never sees the inputs (a
+    task leaves its stream's queue only after its work ran)."""
+    from pytest_npugraph.runtime import collectives
+
+    def slow_all_reduce(calls, math=collectives.MATH["all_reduce"]):
+        time.sleep(0.05)
+        math(calls)
+
+    monkeypatch.setitem(collectives.MATH, "all_reduce", slow_all_reduce)
+
+    def fn(rank):
+        seen = []
+        for i in range(4):
+            t = torch.ones(1, device="npu") * (rank + i)
+            dist.all_reduce(t)
+            seen.append(t.item() if i % 2 else t.cpu().tolist()[0])
+        return seen
+
+    assert npugraph.run_ranks(fn) == [[float(2 * i + 1) for i in range(4)]] * 2
 
 
 @pytest.mark.npu_devices(2)

@@ -222,16 +222,16 @@ class Job:
         calls = [p.calls[r] for r in range(len(p.comm.members))]
         self.pending.pop((p.comm.name, p.seq), None)
         p.done = True
-        ex = self.runtime.executor
-        for r, sid in p.streams.items():      # the other members leave their queues with it
-            item = p.items.get(r)
-            if item is not None:
-                ex.pop_head(sid, item)
         try:
             MATH[p.op](calls)
         except CollectiveError as exc:
             raise self._fail(CollectiveError(f"{p.describe()}: {exc}\n  " +
                                              "\n  ".join(c.where() for c in calls))) from None
+        ex = self.runtime.executor
+        for r, sid in p.streams.items():      # every member leaves its queue once the results are written
+            item = p.items.get(r)
+            if item is not None:
+                ex.pop_head(sid, item)
         p.calls = {}    # each rank's tensors die in its own thread (the allocator is per device)
         self.cond.notify_all()
 

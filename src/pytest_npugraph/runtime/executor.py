@@ -126,10 +126,11 @@ class Executor:
                         item = q[0]
                         if item.ready is not None and not item.ready():
                             break
-                        q.popleft()
-                        self.queued -= 1
                         if item.run is not None:
                             item.run()
+                        if q and q[0] is item:    # (a collective's run pops its members itself)
+                            q.popleft()
+                            self.queued -= 1
                         step = ran = True
                         self.progress += 1
                         if rng is not None and rng.random() < 0.5:
@@ -142,7 +143,8 @@ class Executor:
 
     def pop_head(self, sid: int, item: Item) -> None:
         """Remove ``item`` (a collective member that another stream's head completed) from the head
-        of its queue."""
+        of its queue.  A task leaves its queue only after its work ran: other host threads check
+        ``idle``/``deferred`` without the lock, and an empty queue tells them its values are there."""
         q = self.queues.get(sid)
         if q and q[0] is item:
             q.popleft()
