@@ -116,12 +116,23 @@ class Block:
             allocator.free(self)
 
 
-def _stat() -> dict:
-    return {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+class _Stat:
+    """One statistic of ``memory_stats``: current value, its peak, and the totals added and removed."""
+
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def as_dict(self) -> dict:
+        return {"current": self.current, "peak": self.peak, "allocated": self.allocated, "freed": self.freed}
 
 
 class Stats:
-    """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small)."""
+    """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
+
+    Updated on every malloc and free, so an update is a few attribute stores, not dict walks.
+    """
 
     ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
               "active_bytes", "inactive_split_bytes", "requested_bytes")
@@ -130,28 +141,28 @@ class Stats:
                 "num_device_alloc", "num_device_free")
 
     def __init__(self):
-        self.values = {n: {p: _stat() for p in self.POOLS} for n in self.ARRAYS}
+        self.values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
+        # name -> (all, small pool) / (all, large pool): the two stats one change updates
+        self._small = {n: (v["all"], v["small_pool"]) for n, v in self.values.items()}
+        self._large = {n: (v["all"], v["large_pool"]) for n, v in self.values.items()}
         self.counters = dict.fromkeys(self.COUNTERS, 0)
-        self.oversize_allocations = _stat()
-        self.oversize_segments = _stat()
+        self.oversize_allocations = _Stat()
+        self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
 
-    @staticmethod
-    def _change(v: dict, amount: int) -> None:
-        v["current"] += amount
-        if amount > 0:
-            v["allocated"] += amount
-        else:
-            v["freed"] -= amount
-        v["peak"] = max(v["peak"], v["current"])
-
     def add(self, name: str, amount: int, small: bool) -> None:
-        arrays = self.values[name]
-        self._change(arrays["all"], amount)
-        self._change(arrays["small_pool" if small else "large_pool"], amount)
+        for v in (self._small if small else self._large)[name]:
+            current = v.current + amount
+            v.current = current
+            if amount > 0:
+                v.allocated += amount
+                if current > v.peak:
+                    v.peak = current
+            else:
+                v.freed -= amount
 
     def current(self, name: str) -> int:
-        return self.values[name]["all"]["current"]
+        return self.values[name]["all"].current
 
     def _all_stats(self):
         for arrays in self.values.values():
@@ -161,20 +172,20 @@ class Stats:
 
     def reset_peaks(self) -> None:
         for v in self._all_stats():
-            v["peak"] = v["current"]
+            v.peak = v.current
 
     def reset_accumulated(self) -> None:
         for v in self._all_stats():
-            v["allocated"] = v["freed"] = 0
+            v.allocated = v.freed = 0
         for name in ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams"):
             self.counters[name] = 0
 
     def as_nested_dict(self) -> dict:
-        nested = {name: {pool: dict(v) for pool, v in arrays.items()} for name, arrays in self.values.items()}
+        nested = {name: {pool: v.as_dict() for pool, v in arrays.items()} for name, arrays in self.values.items()}
         nested.update(self.counters)
         nested["max_split_size"] = self.max_split_size
-        nested["oversize_allocations"] = dict(self.oversize_allocations)
-        nested["oversize_segments"] = dict(self.oversize_segments)
+        nested["oversize_allocations"] = self.oversize_allocations.as_dict()
+        nested["oversize_segments"] = self.oversize_segments.as_dict()
         return nested
 
 
