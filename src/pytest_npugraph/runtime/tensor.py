@@ -255,6 +255,20 @@ def _npu_tensors(value):
                 yield v
 
 
+def _map(fn, value):
+    """``tree_map`` for what the dispatcher passes and kernels return (tensors and scalars, in
+    lists, tuples and the kwargs dict), without pytree's per-node registry lookups: it runs twice
+    on every op."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind([_map(fn, v) for v in value])
+    if kind is dict:
+        return {k: _map(fn, v) for k, v in value.items()}
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):   # (namedtuples: pytree nodes)
+        return tree_map(fn, value)
+    return fn(value)
+
+
 def _unwrap(x):
     if isinstance(x, NpuTensor):
         return x._payload
@@ -313,13 +327,14 @@ def _run(func, plan, args, kwargs, now=False):
     if not inputs:   # e.g. a tensor list kwarg not named in the schema: find them all
         inputs = [t for v in list(args) + list(kwargs.values()) for t in _npu_tensors(v)]
     if any(_is_fake(t._payload) for t in inputs):
-        return _wrap_outputs(func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs)),
+        return _wrap_outputs(func(*_map(_unwrap, args), **_map(_unwrap, kwargs)),
                              inputs[0].device.index, None)
     device = _same_device(inputs, plan) if inputs else current().current_device()
     if inputs:
         _no_host_tensors(plan, args, kwargs, inputs[0].device)
-    uargs, ukwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
+    uargs, ukwargs = _map(_unwrap, args), _map(_unwrap, kwargs)
     rt = current()
+    site = rt.site_hint() or user_site(1)     # once per op: its allocations, task and queue entry share it
     stream = rt.current_stream(device)
     capture = stream.capture
     if capture is not None and writes and not plan.metadata_inplace:
@@ -340,15 +355,15 @@ def _run(func, plan, args, kwargs, now=False):
     if plan.metadata_inplace:   # only a storage that had to grow (a new block) is device work
         writes = [t for t, block in zip(writes, before) if t._block is not block]
         reads = []
-    result = _wrap_outputs(out, device, fresh)
+    result = _wrap_outputs(out, device, fresh, site)
     if any(i is not None for i in plan.returns_args):
         result = _return_written(plan, args, kwargs, result)
     if plan.metadata_only or (plan.metadata_inplace and not writes):
         _inherit_graph_call(inputs, result)
         return result
-    seq = _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out))
+    seq = _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out), site=site)
     if deferred is not None:
-        rt.executor.submit(stream.sid, seq, deferred, what=f"{plan.name} at {user_site(2)}")
+        rt.executor.submit(stream.sid, seq, deferred, what=f"{plan.name} at {site}")
     return result
 
 
@@ -428,20 +443,20 @@ def _return_written(plan, args, kwargs, result):
     return tuple(r if i is None else arg(i) for r, i in zip(result, plan.returns_args))
 
 
-def _wrap_outputs(out, device, fresh):
+def _wrap_outputs(out, device, fresh, site=None):
     def wrap_one(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor):
             _dense_only(x)
             known = fresh is None or _is_fake(x) or x.untyped_storage().data_ptr() in _storage_blocks
-            t = wrap(x, device)
+            t = wrap(x, device, site=site)
             if fresh is not None and not known:
                 fresh.append(t)
             return t
         return x
-    return tree_map(wrap_one, out)
+    return _map(wrap_one, out)
 
 
-def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
+def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=None):
     """Record the task, or add it to the graph being captured on the stream (``replay``: the
     OpOverload, its payload arguments and its payload result, which a replay recomputes)."""
     rt = current()
@@ -452,7 +467,7 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None):
     for t in reads + writes:
         if t._block is not None and t._block.allocator.runtime is not rt:
             rt.known_block(t._block)
-    site = rt.site_hint() or user_site(3)
+    site = site or rt.site_hint() or user_site(3)
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return None
