@@ -77,8 +77,8 @@ class NpuGraph:
         hang = None
         try:
             yield
-        except DeviceHang as exc:           # the device hung: the deadlock hazard says where and why
-            if kind != "deadlock":
+        except DeviceHang as exc:   # the device hung: the deadlock (or event-misuse) hazard says where and why
+            if kind not in ("deadlock", "event-misuse"):
                 raise
             hang = exc
         end = len(self.runtime.trace)

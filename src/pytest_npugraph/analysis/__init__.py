@@ -13,7 +13,7 @@ from __future__ import annotations
 import traceback
 
 from ..hazard import KINDS
-from . import cores, deadlock, events, overwrite, races, record_stream, reinplace, super_kernel
+from . import cores, deadlock, events, external_waits, overwrite, races, record_stream, reinplace, super_kernel
 
 
 def _without_cache(find):
@@ -28,6 +28,7 @@ REGISTRY: list = [
     (("race",), races.find),
     (("missing-record-stream",), record_stream.find),
     (("event-misuse",), events.find),
+    (("event-misuse", "deadlock"), external_waits.find),
     (("core-limit", "limit-ineffective"), cores.find),
     (("deadlock",), deadlock.find),
     (("output-overwrite",), _without_cache(overwrite.find)),
@@ -58,6 +59,10 @@ def analyze(trace, kinds=None) -> list:
         raise ValueError(f"unknown hazard kind(s) {unknown}; expected some of {', '.join(KINDS)}")
     cache: dict = {}
     found, failures = [], []
+    try:    # ExternalEvent waits issued before their record run after it: every analysis reads that order
+        trace = external_waits.effective(trace, cache)
+    except Exception as exc:  # noqa: BLE001
+        failures.append(("external_waits.effective", exc))
     for entry_kinds, function in REGISTRY:
         if wanted is not None and entry_kinds is not None and wanted.isdisjoint(entry_kinds):
             continue

@@ -5,7 +5,8 @@ Sub-rules, each silent on correct code:
 (a) never recorded: an ``EventWait`` (``stream.wait_event`` / ``event.wait``) or a host
     ``event.synchronize()`` on an event with no earlier ``EventRecord``.  Both are no-ops,
     so whatever the user meant to order is not.  ``ExternalEvent`` is exempt: its wait may
-    legitimately precede the record.
+    legitimately precede the record (external_waits.py: it waits for that record, and reports
+    the one never recorded that a host sync then waits for).
 (b) side stream not joined before capture ends: between ``CaptureBegin`` and
     ``CaptureEnd`` on stream S, every other stream of S's device that got work must have
     that work ordered before S's last task of the capture (S waited for it); otherwise

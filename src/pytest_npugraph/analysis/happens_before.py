@@ -17,8 +17,9 @@ Model (CSAN's, §1.4/1.5 of the anchors, made exact for host issue order)
   stream is ordered after it" exactly: tasks issued before the sync are not affected.
 * ``EventRecord``: the event's clock := the stream's clock with the record itself
   (a re-record overwrites).  ``EventWait``: the stream merges the event's latest record;
-  waiting on a never-recorded event orders nothing (as an ``ExternalEvent`` waited before
-  its record is also treated: the forward edge is not modelled).
+  waiting on a never-recorded event orders nothing.  An ``ExternalEvent`` waited before its
+  record waits for that later record: ``analyze`` hands every analysis the trace in an order
+  where such a wait follows its record (external_waits.py), so this pass stays one forward pass.
 * ``HostSync``: ``device`` -> the host learns every stream of that device; ``stream`` /
   ``read`` -> that stream (the whole device if ``stream`` is None); ``event`` -> the
   event's latest record.

@@ -15,7 +15,7 @@ from .. import trace as T
 from .._context import CONTEXT
 from .callsite import user_site
 from .device import Device
-from .executor import Executor
+from .executor import DeviceHang, Executor
 from .stash import Stash, ThreadState
 from .streams import EventState, StreamState
 
@@ -179,19 +179,30 @@ class Runtime:
             self.stream_marks[stream.sid] = seq
             event.waits_since_record += 1
             ready = None
+            ex = self.executor
             if event.recorded:
-                ex, sid, mark = self.executor, event.record_stream, event.record_mark
+                sid, mark = event.record_stream, event.record_mark
                 if not ex.done(sid, mark):
                     ready = lambda: ex.done(sid, mark)   # noqa: E731
+            elif event.external:   # an ExternalEvent's wait holds the stream until a record comes and runs
+                ready = lambda: event.recorded and ex.done(event.record_stream, event.record_mark)  # noqa: E731
             self.executor.submit(stream.sid, seq, ready=ready, what=f"wait for {event.label} at {site}")
 
     def host_sync(self, what: str, *, device: int = 0, stream: Optional[StreamState] = None,
                   event: Optional[EventState] = None, site=None) -> None:
         site = site or user_site(3)
-        self.host_wait(self.synced(what, device, stream, event), f"the host ({what} sync at {site})")
-        with self.lock:
+
+        def append():
             self._append(T.HostSync(self._seq(), what, device, stream.sid if stream else None,
                                     event.eid if event else None, site))
+        try:
+            self.host_wait(self.synced(what, device, stream, event), f"the host ({what} sync at {site})")
+        except DeviceHang:      # the sync that never returns is in the trace too: the analyses say why
+            with self.lock:
+                append()
+            raise
+        with self.lock:
+            append()
             if what == "device":
                 for s in self.devices[device].streams.values():
                     self._learn(s.sid, self.stream_marks.get(s.sid, -1))
