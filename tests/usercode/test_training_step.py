@@ -99,3 +99,18 @@ def test_get_npu_format(npugraph):
     assert str(torch_npu.get_npu_format(torch.ones(1, 1, 1, 1, 1, device="npu"))) == "NCDHW"
     with pytest.raises(TypeError):
         torch_npu.get_npu_format([1, 2])
+
+
+def test_tensor_type_converts_to_a_legacy_npu_type(npugraph):
+    """``x.type(torch.npu.HalfTensor)`` (old AMP and checkpoint code): torch reads the type's name."""
+    x = torch.tensor([1.5, 2.5]).npu()
+    half = x.type(torch.npu.HalfTensor)
+    assert half.dtype == torch.float16 and half.device.type == "npu"
+    assert half.type() == "torch.npu.HalfTensor"
+    moved = torch.tensor([3, 4]).type(torch.npu.LongTensor)
+    assert moved.device.type == "npu" and moved.cpu().tolist() == [3, 4]
+    assert x.type(dtype=torch.npu.IntTensor).dtype == torch.int32
+    assert x.type("torch.npu.DoubleTensor").dtype == torch.float64
+    assert x.type(torch.HalfTensor).device.type == "cpu"
+    with pytest.raises(TypeError, match="dtype must be a type, str, or dtype object"):
+        x.type(5)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -328,12 +329,13 @@ class Job:
             f"the HCCL timeout: a communicator pairs its collectives by issue order, so every member must issue "
             f"each of them, in the same order (the deadlock report names the lines).")
 
-    def _stalled(self, timeout: float) -> CollectiveError:
+    def _stalled(self, timeout: float, where: str = "") -> CollectiveError:
         waits = "; ".join(f"rank {r} {what}" for r, what in sorted(self.blocked_at.items()))
         running = ", ".join(f"rank {r}" for r, s in enumerate(self.status) if s == "running")
+        where = f" ({where})" if where else ""
         return CollectiveError(
-            f"no progress for {timeout:g} s: {waits}; {running} running but issuing nothing (blocked outside "
-            f"torch.distributed?). Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
+            f"no progress for {timeout:g} s: {waits + '; ' if waits else ''}{running} running but issuing nothing "
+            f"(blocked outside torch.distributed?){where}. Set NPUGRAPH_COLLECTIVE_TIMEOUT to wait longer.")
 
 
 # ------------------------------------------------------------------------- run_ranks
@@ -401,15 +403,60 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
 
 
 def _join(job: Job, threads: list) -> None:
-    """Wait for every rank; once the job failed, give the stragglers a short grace only."""
+    """Wait for every rank; once the job failed, give the stragglers a short grace only.  Ranks
+    whose host sits on one Python line (a lock, an ``Event.wait``, a queue nobody fills) while
+    the job records no activity for the stall timeout end the job, as a blocked rank's own clock
+    does (``Job.host_wait``): the test fails with the lines instead of hanging."""
     deadline = None
+    still = _Stillness(threads, job)
     for t in threads:
         while t.is_alive():
             t.join(_POLL)
+            if job.failure is None and still.stalled():
+                with job.cond:
+                    job._fail(job._stalled(job._timeout(), still.where()))
             if job.failure is not None and deadline is None:
                 deadline = time.monotonic() + _GRACE
             if deadline is not None and time.monotonic() > deadline:
                 return
+
+
+class _Stillness:
+    """Whether every live rank's host has stood on the same Python line, with no job activity,
+    for the stall timeout (a computing rank moves between lines or records work)."""
+
+    def __init__(self, threads: list, job: Job):
+        self.threads, self.job = threads, job
+        self.seen, self.since = None, time.monotonic()
+
+    def _state(self) -> tuple:
+        frames = sys._current_frames()
+        lines = tuple((t.ident, _line(frames.get(t.ident))) for t in self.threads if t.is_alive())
+        return lines, self.job._activity()
+
+    def stalled(self) -> bool:
+        state, now = self._state(), time.monotonic()
+        if state != self.seen:
+            self.seen, self.since = state, now
+            return False
+        return now - self.since > self.job._timeout()
+
+    def where(self) -> str:
+        frames = sys._current_frames()
+        return "; ".join(f"{t.name} at {_user_line(frames.get(t.ident))}" for t in self.threads if t.is_alive())
+
+
+def _line(frame) -> tuple:
+    return (frame.f_code, frame.f_lineno) if frame is not None else ()
+
+
+def _user_line(frame) -> str:
+    """The innermost frame outside Python's threading/queue modules (where the user's code waits)."""
+    first = frame
+    while frame is not None and os.path.basename(frame.f_code.co_filename) in ("threading.py", "queue.py"):
+        frame = frame.f_back
+    frame = frame or first
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
 
 
 def _results(job: Job, outcomes: list) -> list:

@@ -46,3 +46,26 @@ for _name, _dtype in _TYPES:
     globals()[_name] = _make(_name, _dtype)
 
 __all__ = [name for name, _ in _TYPES]
+
+
+def _patch_tensor_type() -> None:
+    """``x.type(torch.npu.HalfTensor)``: torch reads a type argument's C type name, which for the
+    real package's C-made types is ``"torch.npu.HalfTensor"``; ours are Python classes, so pass the
+    name torch parses."""
+    original = torch.Tensor.type
+    if getattr(original, "_npugraph", False):
+        return
+
+    def type(self, dtype=None, non_blocking=False, **kwargs):  # noqa: A001 - torch's method name
+        if isinstance(dtype, _TensorType):
+            dtype = f"torch.npu.{dtype.__name__}"
+        if dtype is None and not kwargs and non_blocking is False:
+            return original(self)
+        return original(self, dtype, non_blocking, **kwargs)
+
+    type.__doc__ = original.__doc__
+    type._npugraph = True
+    torch.Tensor.type = type
+
+
+_patch_tensor_type()
