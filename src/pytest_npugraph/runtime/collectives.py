@@ -422,28 +422,40 @@ def _join(job: Job, threads: list) -> None:
 
 
 class _Stillness:
-    """Whether every live rank's host has stood on the same Python line, with no job activity,
-    for the stall timeout (a computing rank moves between lines or records work)."""
+    """Whether the job recorded no activity for the stall timeout while every live rank's host stood
+    on one Python line (a computing rank moves between lines or records work).  The rank threads'
+    frames are looked at only after half the timeout without activity: holding a rank's frame,
+    even for a moment, can make its NPU tensors die in this thread."""
 
     def __init__(self, threads: list, job: Job):
         self.threads, self.job = threads, job
-        self.seen, self.since = None, time.monotonic()
-
-    def _state(self) -> tuple:
-        frames = sys._current_frames()
-        lines = tuple((t.ident, _line(frames.get(t.ident))) for t in self.threads if t.is_alive())
-        return lines, self.job._activity()
+        self.activity, self.quiet_since = None, time.monotonic()
+        self.lines, self.still_since = None, None
 
     def stalled(self) -> bool:
-        state, now = self._state(), time.monotonic()
-        if state != self.seen:
-            self.seen, self.since = state, now
+        now, activity, timeout = time.monotonic(), self.job._activity(), self.job._timeout()
+        if activity != self.activity:
+            self.activity, self.quiet_since, self.lines = activity, now, None
             return False
-        return now - self.since > self.job._timeout()
+        if now - self.quiet_since < timeout / 2:
+            return False
+        lines = self._lines()
+        if lines != self.lines:
+            self.lines, self.still_since = lines, now
+            return False
+        return now - self.still_since >= timeout / 2
+
+    def _lines(self) -> tuple:
+        frames = sys._current_frames()
+        lines = tuple((t.ident, _line(frames.get(t.ident))) for t in self.threads if t.is_alive())
+        del frames
+        return lines
 
     def where(self) -> str:
         frames = sys._current_frames()
-        return "; ".join(f"{t.name} at {_user_line(frames.get(t.ident))}" for t in self.threads if t.is_alive())
+        where = "; ".join(f"{t.name} at {_user_line(frames.get(t.ident))}" for t in self.threads if t.is_alive())
+        del frames
+        return where
 
 
 def _line(frame) -> tuple:
