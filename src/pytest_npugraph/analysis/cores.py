@@ -31,8 +31,10 @@ Rules
   their cores until all blocks are in, so they can block each other: an error), and ops
   whose stream limit applies (the docs' rule for limited streams: a warning when only it
   is broken, since ops that are not resident can still share cores in waves).
-* A limit counts where it restricts: ``0 < limit < pool`` (a limit equal to the device
-  maximum, as torchair restores around a scope, binds nothing).
+* A limit counts where the user set one: ``0 < limit <= pool``.  A limit set to the device
+  maximum restricts no single op, but the docs' rule is about the limits the user set: two
+  streams limited to 24 + 12 cube cores on a 24-core device break it.  TorchAir's restore to
+  the maximum after a ``limit_core_num`` scope is no limit (the runtime records none).
 * ``limit-ineffective``: a limit in force on an op it does not bind (AICPU, ATB, static
   kernels: ``OpCores.limit_applies`` False).  An error when the op still takes AI cores and
   is resident or may overlap other core users on its device (the limit was meant to keep
@@ -114,11 +116,12 @@ def _range_hazard(what: str, k: int, value: int, pool: tuple, device: int, rec, 
 
 
 # ------------------------------------------------------------------ oversubscription
-def _limits(graph: TaskGraph, t: Task) -> tuple:
-    """The limits in force on ``t`` per pool that restrict anything (0 < limit < pool):
-    a limit at the device maximum (as torchair restores after a scope) is no limit."""
+def _limits(graph: TaskGraph, t: Task, restricting: bool = False) -> tuple:
+    """The limits in force on ``t`` per pool that the user set (0 < limit <= pool; 0: none), or with
+    ``restricting`` only those below the pool (a limit at the maximum keeps no kernel from a core)."""
     pool = graph.pool(t)
-    return tuple(v if 0 < v < pool[k] else 0
+    top = 0 if restricting else 1
+    return tuple(v if 0 < v < pool[k] + top else 0
                  for k, v in zip(TYPES, (t.rec.cube_limit, t.rec.vector_limit)))
 
 
@@ -238,7 +241,7 @@ def ineffective(graph: TaskGraph) -> list:
     groups = defaultdict(list)
     for t in graph.tasks:
         rec = t.kernel
-        if rec is not None and not rec.cores.limit_applies and any(_limits(graph, t)):
+        if rec is not None and not rec.cores.limit_applies and any(_limits(graph, t, restricting=True)):
             groups[rec.op, str(rec.site), t.lane].append(t)
     hazards = []
     for group in groups.values():
@@ -256,7 +259,7 @@ def _ineffective_hazard(graph: TaskGraph, group: list, overlaps: list) -> Hazard
     why = WHY_IGNORED.get(rec.cores.kind, f"this {rec.cores.kind} op runs as a static kernel "
                           "(compiled without tiling, so the core count cannot reach it)")
     times = f" ({count} launches)" if count > 1 else ""
-    limits = " and ".join(f"{TYPE_NAMES[k]} {v}" for k, v in zip(TYPES, _limits(graph, t)) if v)
+    limits = " and ".join(f"{TYPE_NAMES[k]} {v}" for k, v in zip(TYPES, _limits(graph, t, restricting=True)) if v)
     text = f"{graph.describe(t)}{times} runs under a core limit ({limits}) that does not take effect: {why}."
     uses = " + ".join(f"{t.need[k]} {TYPE_NAMES[k]}" for k in TYPES if t.need[k])
     serious = bool(uses) and (t.resident or bool(overlaps))

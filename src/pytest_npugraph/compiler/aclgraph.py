@@ -267,7 +267,8 @@ class AclConcreteGraph:
         meta.mutated_ptrs = {i: args[i].data_ptr() for i in self.mutated}
         limits = torch.npu.get_stream_limit(torch.npu.current_stream())
         meta.cube, meta.vector = limits["cube_core_num"], limits["vector_core_num"]
-        torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
+        with current().restored_limits():     # the capture stream takes the caller's limits (none: none)
+            torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
         meta.graph._graph_id = T.GraphCall(self.name, key)
         inputs = list(args)
         with torch.npu.graph(meta.graph, pool=self.pool, stream=self.stream):

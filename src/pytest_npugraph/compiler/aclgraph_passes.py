@@ -13,6 +13,7 @@ import warnings
 
 import torch
 
+from ..runtime.runtime import current
 from . import fxgraph
 from .events import create_internal_event
 
@@ -168,13 +169,20 @@ def _enter(gm, node, scopes, limits) -> None:
         scopes.append("other")
 
 
+def set_stream_limit_restore(stream, cube_num, vector_num) -> None:
+    """TorchAir's ``set_stream_limit(stream, *saved)`` at a scope's end: what ``get_stream_limit`` read
+    at its start, the device maximum when nobody had set a limit, which then is no limit again."""
+    with current().restored_limits():
+        torch.npu.set_stream_limit(stream, cube_num, vector_num)
+
+
 def _exit(gm, node, scopes, limits) -> None:
     kind = scopes.pop()
     if kind == "other":
         return
     stream, saved_cube, saved_vector, _, _ = limits.pop()
     with gm.graph.inserting_after(node):
-        restore = gm.graph.call_function(torch.npu.set_stream_limit, args=(stream, saved_cube, saved_vector))
+        restore = gm.graph.call_function(set_stream_limit_restore, args=(stream, saved_cube, saved_vector))
     if kind == "core_limit":
         node.replace_all_uses_with(restore)
         gm.graph.erase_node(node)

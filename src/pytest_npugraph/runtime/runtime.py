@@ -7,6 +7,7 @@ plugin has started a new test (``_context.CONTEXT.generation``), so nothing leak
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import threading
 from typing import Optional
@@ -123,6 +124,19 @@ class Runtime:
 
     def _seq(self) -> int:
         return len(self.trace.records)
+
+    @contextlib.contextmanager
+    def restored_limits(self):
+        """Around TorchAir's restore of a stream's core limits after a ``limit_core_num`` scope (it sets
+        back what ``get_stream_limit`` read, the device maximum when nobody had set a limit): a limit
+        set back to the maximum is no limit, while a user's own ``set_stream_limit`` to the maximum
+        counts in the documented core rule."""
+        state = self.thread()
+        state.restoring_limits, before = True, state.restoring_limits
+        try:
+            yield
+        finally:
+            state.restoring_limits = before
 
     def site_hint(self):
         """The user's line for work issued on this thread's behalf (a compiled graph's node line)."""

@@ -37,3 +37,4 @@ class ThreadState:
     streams: dict = field(default_factory=dict)  # device -> its current StreamState
     site: Any = None                             # the compiled graph node's line for work issued now
     rank: Optional[tuple] = None                 # (collectives.Job, rank) inside npugraph.run_ranks
+    restoring_limits: bool = False               # inside restored_limits(): a limit back at the maximum is none

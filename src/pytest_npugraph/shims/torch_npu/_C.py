@@ -254,11 +254,15 @@ def _npu_set_stream_res_limit(stream_id, device_index, device_type, type, value)
         (stream_id, device_index, device_type, type, value), "LLLOO")
     state = _stream_state(stream_id, device_index, device_type)
     type, value = _args.unpack_long(type), _args.unpack_uint32(value)
+    rt = _rt()
+    device = rt.devices[device_index]
+    if rt.thread().restoring_limits and value == (device.cube_cores if type == 0 else device.vector_cores):
+        value = None                    # TorchAir's restore after a scope: back to no limit
     if type == 0:
         state.cube_limit = value
     else:
         state.vector_limit = value
-    _record_limit(_rt(), state, "stream")
+    _record_limit(rt, state, "stream")
 
 
 def _npu_get_stream_res_limit(stream_id, device_index, device_type, type) -> int:
