@@ -35,8 +35,10 @@ BUDGET = 4096
 ENUMERATE = 1 << 16
 
 
+@lru_cache(maxsize=4096)
 def normalise(item: int, shape, strides) -> tuple:
-    """``(run, dims)`` of a view (see the module doc); ``dims == ()`` when the bytes are dense."""
+    """``(run, dims)`` of a view (see the module doc); ``dims == ()`` when the bytes are dense.
+    Cached: every op asks it for each tensor it touches, and a test uses few distinct layouts."""
     dims = sorted((abs(s) * item, n) for n, s in zip(shape, strides) if n > 1 and s != 0)
     run = item
     out: list = []

@@ -52,7 +52,7 @@ class Span:
     @classmethod
     def of_view(cls, device: int, block: int, lo: int, item: int, shape, strides) -> "Span":
         """The span of a view of ``item``-byte elements starting at byte ``lo``."""
-        run, dims = layout.normalise(item, shape, strides)
+        run, dims = layout.normalise(item, tuple(shape), tuple(strides))
         hi = lo + layout.extent(run, dims)
         return cls(device, lo, hi, block, run, dims) if dims else cls(device, lo, hi, block)
 
