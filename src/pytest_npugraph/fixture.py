@@ -53,6 +53,8 @@ class NpuGraph:
         current device (rank r drives ``npu:r``) and ``torch.distributed`` environment (backend
         ``"hccl"``); returns the results in rank order.  A rank's exception is re-raised (with a
         note naming the rank); collectives that can never complete raise ``CollectiveError``."""
+        if not callable(fn):
+            raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
         from torch_npu.distributed import _ranks
 
         from .runtime import collectives

@@ -17,8 +17,12 @@ def public_callables():
     """(qualified name, callable) for torch.npu's ``__all__``, torch_npu's and torchair's public API,
     torchair.ops / torchair.scope and torch_npu.distributed."""
     import torch
+    import npugraph_ex
+    import npugraph_ex.inference
+    import npugraph_ex.scope
     import torch_npu
     import torchair
+    import torchair.experimental.inference
 
     out = {}
     for prefix, module, names in (
@@ -27,7 +31,15 @@ def public_callables():
             ("torchair", torchair, torchair.__all__),
             ("torchair.ops", torchair.ops, [n for n in dir(torchair.ops) if not n.startswith("_")]),
             ("torchair.scope", torchair.scope, [n for n in dir(torchair.scope) if not n.startswith("_")]),
-            ("torch_npu.distributed", torch_npu.distributed, torch_npu.distributed.__all__)):
+            ("torch_npu.distributed", torch_npu.distributed, torch_npu.distributed.__all__),
+            ("torchair.inference", torchair.inference, torchair.inference.__all__),
+            ("torchair.experimental.inference", torchair.experimental.inference,
+             ["npu_format_cast_via_cpu", "use_internal_format_weight"]),
+            ("npugraph_ex", npugraph_ex, npugraph_ex.__all__),
+            ("npugraph_ex.scope", npugraph_ex.scope, ["limit_core_num", "deterministic"]),
+            ("npugraph_ex.inference", npugraph_ex.inference, ["cache_compile", "readable_cache"]),
+            ("torch.npu.npugraph_ex", torch.npu.npugraph_ex, ["compile_fx", "register_replacement"]),
+            ("torch.npu.npugraph_ex.scope", torch.npu.npugraph_ex.scope, ["limit_core_num"])):
         for name in names:
             obj = getattr(module, name, None)
             if callable(obj) and not inspect.ismodule(obj) and obj is not torch:
@@ -52,6 +64,25 @@ _BUG_TEXTS = ("unsupported operand type", "not subscriptable", "object is not ca
               "values to unpack", "has no len()", "must be str, not", "object is not an iterator")
 
 
+# lines that fail on a bad argument exactly where the real package's own code does (same statement,
+# same Python error), each with the wheel file that has the unchecked statement
+MIRRORED = {
+    ("shims/npugraph_ex/configs/compiler_config.py", "for option in options:"):
+        "torch_npu/dynamo/npugraph_ex/configs/compiler_config.py: _process_kwargs_options iterates options",
+    ("shims/torch_npu/npu/streams.py", "event.record(self)"): "torch_npu/npu/streams.py: Stream.record_event",
+    ("shims/torch_npu/npu/streams.py", "event.wait(self)"): "torch_npu/npu/streams.py: Stream.wait_event",
+    ("shims/torch_npu/npu/streams.py", "self.wait_event(stream.record_event())"):
+        "torch_npu/npu/streams.py: Stream.wait_stream",
+    # npugraph_ex reads the config's fields when it builds the compiler (npu_fx_compiler.py: self.config.use_graph_pool)
+    ("compiler/settings.py", "pool = config.use_graph_pool"): "torch_npu/dynamo/npugraph_ex/npu_fx_compiler.py",
+    ("shims/torchair/inference/__init__.py", "for dim_index, gears in dim_gears.items():"):
+        "torch_npu/dynamo/torchair/inference/_gear_utils.py: set_dim_gears",
+    ("shims/npugraph_ex/npu_fx_compiler.py", "return functools.partial(_npu_backend, compiler_config=compiler_config, "
+     "decompositions=dict({} if custom_decompositions is None else custom_decompositions),"):
+        "torch_npu/dynamo/npugraph_ex/npu_fx_compiler.py: _get_merged_decompositions (dict.update)",
+}
+
+
 def internal_error(exc):
     """A description if ``exc`` came from inside pytest-npugraph by accident (a Python bug-type error
     whose raising frame is ours and is not a ``raise``/``assert`` statement), else None."""
@@ -60,6 +91,8 @@ def internal_error(exc):
         return None
     line = linecache.getline(filename, lineno).strip()
     if line.startswith(("raise", "assert")):
+        return None
+    if (os.path.relpath(filename, PACKAGE), line) in MIRRORED:
         return None
     text = str(exc).splitlines()[0] if str(exc) else ""
     if not isinstance(exc, _BUG_TYPES) and not any(t in text for t in _BUG_TEXTS):
@@ -82,3 +115,57 @@ def calls(fn, bad):
         if p.default is not p.empty:
             out.append((base_args, dict(base_kwargs, **{p.name: bad})))
     return out
+
+
+def public_methods(npugraph):
+    """(qualified name, bound method) for the methods users call on the emulated objects and on the
+    ``npugraph`` fixture (made fresh per test: ``npugraph`` is the running test's fixture)."""
+    import torch
+
+    objects = {"torch.npu.Stream()": torch.npu.Stream(), "torch.npu.Event()": torch.npu.Event(enable_timing=True),
+               "torch.npu.NPUGraph()": torch.npu.NPUGraph(), "npugraph": npugraph}
+    out = []
+    for owner, obj in objects.items():
+        for name in sorted(dir(type(obj))):
+            if name.startswith("_"):
+                continue
+            attr = getattr(type(obj), name, None)
+            if isinstance(attr, property) or not callable(attr):
+                continue
+            out.append((f"{owner}.{name}", getattr(obj, name)))
+    return out
+
+
+def config_leaves(config, prefix="config"):
+    """(dotted path, group, field) of every option of a torchair / npugraph_ex ``CompilerConfig``."""
+    out = []
+    for name in getattr(config, "_fixed_attrs", ()):
+        value = getattr(config, name)
+        if hasattr(value, "_fixed_attrs"):
+            out.extend(config_leaves(value, f"{prefix}.{name}"))
+        else:
+            out.append((f"{prefix}.{name}", config, name))
+    return out
+
+
+# the texts of TorchAir's / npugraph_ex's option classes (configs/_option_base.py in the wheel)
+OPTION_ERRORS = (
+    (ValueError, r"^Value .* \(type: <class '.*'>\) not in optional list .* \(type: .*\)\.$"),
+    (ValueError, r"^Please set integer type, but got <class '.*'>$"),
+    (ValueError, r"^Please set value in \[-?\d+, \d+\], -?\d+ is out of range\.$"),
+    (TypeError, r"^the set value must be None or list, got <class '.*'>$"),
+    (TypeError, r"^the set value must be int list, got list type: \[.*\]$"),
+    (TypeError, r"^value must be (str|dict|Callable) or None, got <class '.*'>$"),
+    (FileNotFoundError, r"^Please set legal (file|dir) path, .* is not found or is not .*!$"),
+    (ValueError, r"^File path cannot be empty!$"),
+    (ValueError, r"^Please set legal regex value format match .*, .* is Illegal format, correct example:.*\.$"),
+    # os.path.exists / isdir on a non-path, as the real path options call them
+    (TypeError, r"^(expected str, bytes or os\.PathLike object|stat: path should be string, bytes, os\.PathLike "
+                r"or integer), not \w+$"),
+    (OverflowError, r"^fd is greater than maximum$"),
+    (TypeError, r"^expected string or bytes-like object, got '\w+'$"),
+    # a file option given an open file descriptor number (True == fd 1 exists): the real check then calls
+    # v.endswith(".json") on it
+    (AttributeError, r"^'(bool|int)' object has no attribute 'endswith'$"),      # re.match(<regex>, <non-str>)
+    (ValueError, r"^(negative file descriptor|embedded null (byte|character) in path)$"),
+)

@@ -68,5 +68,5 @@ def get_npu_backend(*, compiler_config: CompilerConfig = None, custom_decomposit
     """The backend for ``torch.compile(model, backend=npugraph_ex.get_npu_backend(compiler_config=config))``."""
     if compiler_config is None:
         compiler_config = CompilerConfig()
-    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=dict(custom_decompositions),
+    return functools.partial(_npu_backend, compiler_config=compiler_config, decompositions=dict({} if custom_decompositions is None else custom_decompositions),
                              settings=_settings(compiler_config))

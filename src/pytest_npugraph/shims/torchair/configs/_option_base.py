@@ -151,7 +151,7 @@ class MustExistedFileAddr(_Checked):
         if v is not None:
             if v == "":
                 raise ValueError("File path cannot be empty!")
-            if not (v.endswith(suffix) and os.path.isfile(v)):
+            if not (os.path.exists(v) and v.endswith(suffix) and os.path.isfile(v)):
                 raise FileNotFoundError(f"Please set legal file path, {v} is not found or is not '{suffix}' file!")
         return v
 

@@ -24,4 +24,27 @@ def readable_cache(cache_bin, print_output=True, file=None):
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: Dict[int, List[int]]):
+    """Checked in the real order and with its AssertionError texts (inference/_gear_utils.py)."""
+    previous = getattr(t, "_torchair_dim_gears", None)
+    if previous is not None and previous != dim_gears:
+        raise AssertionError(f"Tensor {t} already has set dim gears, and it is not supported to set it again.")
+    for dim_index, gears in dim_gears.items():
+        if not isinstance(dim_index, int):
+            raise AssertionError(f"Dim index in dim_gears must be an integer, but got {type(dim_index)}.")
+        if dim_index < 0 or dim_index >= len(t.shape):
+            raise AssertionError(f"Dim index in dim_gears must be in range [0, {len(t.shape) - 1}], but got {dim_index}.")
+        if not isinstance(gears, (list, tuple)):
+            raise AssertionError(f"Gears for dim index {dim_index} in dim_gears must be a list or tuple, "
+                                 f"but got {type(gears)}.")
+        for index, gear in enumerate(gears):
+            if not isinstance(gear, int):
+                raise AssertionError(f"Element at index {index} of value for dim index {dim_index} in "
+                                     f"dim_gears must be an integer, but got {type(gear)}.")
+            if gear == 0:
+                raise AssertionError(f"Gear value at index {index} for dim index {dim_index} must not be 0, "
+                                     f"but got {gear}.")
+        if not 2 <= len(gears) <= 100:
+            raise AssertionError(f"Length of gears for dim index {dim_index} in dim_gears must be in "
+                                 f"range [2, 100], but got {len(gears)}.")
+        torch._dynamo.mark_dynamic(t, dim_index)
     t._torchair_dim_gears = dim_gears
