@@ -264,6 +264,21 @@ class EventReset(Marker):
     site: Site = UNKNOWN_SITE
 
 
+@_marker("host_access")
+class HostAccess(Marker):
+    """The host used CPU memory that a non_blocking copy task ``copy`` (a ``Kernel`` seq) writes: the
+    destination of a device-to-host copy.  ``access`` is ``"read"`` or ``"write"``, ``op`` the torch
+    call that used it.  Recorded only while the host did not know the copy done (host_races.py decides
+    with happens-before)."""
+
+    seq: int
+    copy: int
+    access: str
+    op: str
+    stream: Optional[int] = None
+    site: Site = UNKNOWN_SITE
+
+
 @dataclass(frozen=True, slots=True)
 class GraphCall:
     """Which captured graph a task belongs to: ``graph_1[key]#replay3`` as a structure.

@@ -13,7 +13,8 @@ from __future__ import annotations
 import traceback
 
 from ..hazard import KINDS
-from . import cores, deadlock, events, external_waits, overwrite, races, record_stream, reinplace, super_kernel
+from . import (cores, deadlock, events, external_waits, host_races, overwrite, races, record_stream, reinplace,
+               super_kernel)
 
 
 def _without_cache(find):
@@ -26,6 +27,7 @@ def _without_cache(find):
 
 REGISTRY: list = [
     (("race",), races.find),
+    (("race",), host_races.find),
     (("missing-record-stream",), record_stream.find),
     (("event-misuse",), events.find),
     (("event-misuse", "deadlock"), external_waits.find),

@@ -583,7 +583,7 @@ def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
     stream = rt.current_stream(src.device.index)
     seq = _launch(name + " (D2H)", src.device.index, [src], [])
     if not rt.executor.deferred(stream.sid):
-        return copy()
+        return _pending_on_host(copy(), rt, stream.sid, seq) if fresh else copy()
     result = copy()                           # shape and dtype now, values when the copy runs
     if rt.executor.shuffle is not None and isinstance(result, torch.Tensor) and result.is_floating_point():
         result.fill_(float("nan"))            # not copied yet: a host read before a sync sees garbage
@@ -592,7 +592,75 @@ def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
         rt.executor.submit(stream.sid, seq, lambda: target.copy_(copy()), what=f"D2H copy at {user_site(3)}")
     else:
         rt.executor.submit(stream.sid, seq, copy, what=f"D2H copy at {user_site(3)}")
-    return result
+    return _pending_on_host(result, rt, stream.sid, seq) if fresh else result
+
+
+# the torch calls on a pending copy destination that read no values (metadata, views handled apart)
+_NO_DATA = frozenset({
+    "size", "shape", "dtype", "device", "dim", "ndim", "ndimension", "numel", "nelement", "stride",
+    "is_contiguous", "element_size", "itemsize", "nbytes", "requires_grad", "layout", "is_floating_point",
+    "is_complex", "is_pinned", "data_ptr", "storage_offset", "untyped_storage", "is_cuda", "is_cpu", "is_npu",
+    "is_sparse", "is_quantized", "is_meta", "names", "grad", "grad_fn", "is_leaf", "_base", "__len__",
+    "__hash__", "get_device", "__class__", "__dict__", "__setstate__",
+    "_is_view", "is_shared", "__dlpack_device__", "__torch_function__",
+})
+
+
+# pickling and deep copies of a pending destination make plain tensors (its watch holds the runtime)
+_AS_PLAIN = frozenset({"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__"})
+
+
+class PendingHostTensor(torch.Tensor):
+    """The CPU tensor a ``non_blocking`` device-to-host copy returns (``y.to("cpu", non_blocking=True)``):
+    values arrive when the copy task runs.  Every torch call that uses its values while the host does
+    not yet know the copy done is recorded as ``HostAccess`` (host_races.py reports those the host
+    did not wait for); views stay pending; results of other calls are plain tensors.  Once the host
+    knows the copy done, calls cost one check."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        plain = args
+        if name in _AS_PLAIN and args and isinstance(args[0], PendingHostTensor):
+            plain = (args[0].as_subclass(torch.Tensor),) + tuple(args[1:])   # copies: a plain tensor
+        with torch._C.DisableTorchFunctionSubclass():
+            result = func(*plain, **kwargs)
+        pending = [a for a in args if isinstance(a, PendingHostTensor)]
+        pending += [v for v in kwargs.values() if isinstance(v, PendingHostTensor)]
+        live = [p for p in pending if p._npu_copy is not None and not _copy_known_done(p)]
+        if not live:
+            return result
+        if name in ("__get__", "__set__"):
+            name = getattr(getattr(func, "__self__", None), "__name__", name)
+        if name in _NO_DATA:
+            return result
+        first = live[0]
+        if isinstance(result, torch.Tensor) and not isinstance(result, PendingHostTensor) and result.device.type == "cpu" \
+                and result.untyped_storage().data_ptr() == first.untyped_storage().data_ptr() and result.numel():
+            return _pending_on_host(result, *first._npu_copy)      # a view: still the pending memory
+        writes = name.endswith("_") and not name.startswith("_") or "out" in kwargs
+        rt, sid, seq = first._npu_copy
+        rt.marker(T.HostAccess, site=user_site(1), copy=seq, access="write" if writes else "read",
+                  op=f"{name}()" if name else str(func))
+        return result
+
+
+def _copy_known_done(t) -> bool:
+    rt, sid, seq = t._npu_copy
+    if rt.stream_completed(sid, seq):
+        t._npu_copy = None
+        return True
+    return False
+
+
+def _pending_on_host(result, rt, sid, seq):
+    """``result`` as a ``PendingHostTensor`` watching copy task ``seq`` (unchanged if not recorded)."""
+    if seq is None or not isinstance(result, torch.Tensor) or result.device.type != "cpu":
+        return result
+    out = torch.Tensor._make_subclass(PendingHostTensor, result, result.requires_grad)
+    out._npu_copy = (rt, sid, seq)
+    return out
 
 
 @outside_dynamo
