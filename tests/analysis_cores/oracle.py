@@ -22,8 +22,13 @@ class Oracle:
         for index, rec in enumerate(trace.records):
             if isinstance(rec, DeviceCores):
                 self.pools[rec.device] = (rec.cube, rec.vector)
-            elif isinstance(rec, HostSync):
-                syncs.append((index, rec.device))
+            elif isinstance(rec, HostSync):   # what the host waited for before issuing anything later
+                if rec.what in ("stream", "read") and rec.stream is not None:
+                    syncs.append((index, rec.device, {rec.stream}))
+                elif rec.what == "event":           # its latest record (never recorded: nothing)
+                    syncs.append((index, rec.device, latest.get(rec.event, set())))
+                else:
+                    syncs.append((index, rec.device, None))
             elif isinstance(rec, (Kernel, EventRecord, EventWait)):
                 if isinstance(rec, EventWait) and rec.event not in latest:
                     continue  # waiting for a never-recorded event does nothing
@@ -31,10 +36,15 @@ class Oracle:
                 self.where[index] = (rec.stream, len(queue))
                 queue.append((index, rec))
                 first = {latest[rec.event]} if isinstance(rec, EventWait) else set()
-                for sync_index, device in syncs:  # host syncs of this device issued before it
-                    if device == self.device[rec.stream]:
+                for sync_index, device, waited in syncs:  # host syncs of this device issued before it
+                    if device != self.device[rec.stream]:
+                        continue
+                    if isinstance(waited, int):          # an event sync: its latest record
+                        first.add(waited)
+                    elif waited is None or isinstance(waited, set):   # the device, or one stream
                         first |= {i for i, (sid, _) in self.where.items()
-                                  if i < sync_index and self.device[sid] == device}
+                                  if i < sync_index and self.device[sid] == device
+                                  and (waited is None or sid in waited)}
                 self.before[index] = first
                 if isinstance(rec, EventRecord):
                     latest[rec.event] = index
