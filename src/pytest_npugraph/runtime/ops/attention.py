@@ -512,108 +512,16 @@ def _with_schema_signature(fn, schema: str):
     return forward
 
 
-# Verbatim torch_npu 2.14.0 schemas (npu_native_functions_by_codegen.yaml).
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_OUT = (
-    'npu_fused_infer_attention_score.out(Tensor query, Tensor key, Tensor value, *, Tensor? '
-    'pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? '
-    'actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? '
-    'dequant_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? '
-    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? key_antiquant_scale=None, Tensor? '
-    'key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, '
-    'Tensor? block_table=None, Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? '
-    'key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, '
-    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int '
-    'num_heads=1, float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str '
-    'input_layout="BSH", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int '
-    'block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, bool '
-    'softmax_lse_flag=False, Tensor? workspace=None, Tensor(a!) attention_out, Tensor(b!) softmax_lse) ->'
-    ' (Tensor(a!), Tensor(b!))')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_GET_MAX_WORKSPACE = (
-    '_npu_fused_infer_attention_score_get_max_workspace(Tensor query, Tensor key, Tensor value, *, '
-    'Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? '
-    'actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? '
-    'dequant_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? '
-    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? key_antiquant_scale=None, Tensor? '
-    'key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, '
-    'Tensor? block_table=None, Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? '
-    'key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, '
-    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int '
-    'num_heads=1, float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str '
-    'input_layout="BSH", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int '
-    'block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, int value_antiquant_mode=0, bool '
-    'softmax_lse_flag=False) -> Tensor')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_INFER_OUTPUT = (
-    '_npu_fused_infer_attention_score_infer_output(Tensor query, Tensor value, *, str input_layout="BSH",'
-    ' Tensor? quant_scale2=None, Tensor? block_table=None, int num_heads=1, int num_key_value_heads=0, '
-    'bool softmax_lse_flag=False, Tensor? query_rope=None) -> (Tensor, Tensor)')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2 = (
-    'npu_fused_infer_attention_score_v2(Tensor query, Tensor key, Tensor value, *, Tensor? '
-    'query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? '
-    'actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
-    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
-    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
-    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
-    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
-    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
-    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
-    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
-    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
-    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
-    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
-    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) -> '
-    '(Tensor, Tensor)')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_OUT = (
-    'npu_fused_infer_attention_score_v2.out(Tensor query, Tensor key, Tensor value, *, Tensor? '
-    'query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? '
-    'actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
-    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
-    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
-    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
-    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
-    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
-    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
-    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
-    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
-    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
-    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
-    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None, Tensor?'
-    ' workspace=None, Tensor(a!) attention_out, Tensor(b!) softmax_lse) -> (Tensor(a!), Tensor(b!))')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_GET_MAX_WORKSPACE = (
-    '_npu_fused_infer_attention_score_v2_get_max_workspace(Tensor query, Tensor key, Tensor value, *, '
-    'Tensor? query_rope=None, Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, '
-    'SymInt[]? actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? '
-    'dequant_scale_query=None, Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? '
-    'dequant_scale_value=None, Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, '
-    'Tensor? quant_scale_out=None, Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? '
-    'learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int '
-    'pre_tokens=2147483647, int next_tokens=2147483647, str input_layout="BSH", int sparse_mode=0, int '
-    'block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int '
-    'inner_precise=0, bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? '
-    'value_dtype=None, int? query_rope_dtype=None, int? key_rope_dtype=None, int? '
-    'key_shared_prefix_dtype=None, int? value_shared_prefix_dtype=None, int? '
-    'dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, int? '
-    'dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) -> '
-    'Tensor')
-_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_INFER_OUTPUT = (
-    '_npu_fused_infer_attention_score_v2_infer_output(Tensor query, Tensor value, *, int? '
-    'query_dtype=None, int? value_dtype=None, str input_layout="BSH", Tensor? quant_scale_out=None, '
-    'Tensor? block_table=None, int num_query_heads=1, int num_key_value_heads=0, bool '
-    'return_softmax_lse=False, Tensor? query_rope=None, int? out_dtype=None) -> (Tensor, Tensor)')
-_S_NPU_PROMPT_FLASH_ATTENTION = (
-    'npu_prompt_flash_attention(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, '
-    'Tensor? atten_mask=None, Tensor? pse_shift=None, int[]? actual_seq_lengths=None, Tensor? '
-    'deq_scale1=None, Tensor? quant_scale1=None, Tensor? deq_scale2=None, Tensor? quant_scale2=None, '
-    'Tensor? quant_offset2=None, int num_heads=1, float scale_value=1.0, int pre_tokens=2147483647, int '
-    'next_tokens=0, str input_layout="BSH", int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None,'
-    ' int sparse_mode=0) -> Tensor')
-_S_NPU_INCRE_FLASH_ATTENTION = (
-    'npu_incre_flash_attention(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, '
-    'Tensor? atten_mask=None, Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, Tensor? '
-    'antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? '
-    'dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? '
-    'quant_scale2=None, Tensor? quant_offset2=None, Tensor? kv_padding_size=None, int num_heads=1, float '
-    'scale_value=1.0, str input_layout="BSH", int num_key_value_heads=0, int block_size=0, int '
-    'inner_precise=1) -> Tensor')
+# The verbatim torch_npu 2.14.0 schemas, from the generated table (tools/gen_op_schemas.py).
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_OUT = generated("npu_fused_infer_attention_score.out")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_GET_MAX_WORKSPACE = generated("_npu_fused_infer_attention_score_get_max_workspace")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_INFER_OUTPUT = generated("_npu_fused_infer_attention_score_infer_output")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2 = generated("npu_fused_infer_attention_score_v2")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_OUT = generated("npu_fused_infer_attention_score_v2.out")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_GET_MAX_WORKSPACE = generated("_npu_fused_infer_attention_score_v2_get_max_workspace")
+_S_NPU_FUSED_INFER_ATTENTION_SCORE_V2_INFER_OUTPUT = generated("_npu_fused_infer_attention_score_v2_infer_output")
+_S_NPU_PROMPT_FLASH_ATTENTION = generated("npu_prompt_flash_attention")
+_S_NPU_INCRE_FLASH_ATTENTION = generated("npu_incre_flash_attention")
 
 
 SPECS = [
