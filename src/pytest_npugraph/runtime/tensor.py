@@ -264,7 +264,7 @@ def _map(fn, value):
         return kind([_map(fn, v) for v in value])
     if kind is dict:
         return {k: _map(fn, v) for k, v in value.items()}
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):   # (namedtuples: pytree nodes)
+    if isinstance(value, (tuple, list)):      # namedtuples, return types: pytree knows their layout
         return tree_map(fn, value)
     return fn(value)
 
