@@ -47,10 +47,13 @@ def test_bad_arguments_fail_at_the_boundary(npugraph, name, fn):
     assert not problems, "\n".join(problems)
 
 
-def test_methods_of_streams_events_graphs_and_the_fixture(npugraph):
+def test_methods_of_streams_events_graphs_and_the_fixture(npugraph, tmp_path, monkeypatch):
     """Every public method of Stream, Event, NPUGraph and the ``npugraph`` fixture, called with wrong
-    types and values: no internal error, and the test's analyses still run cleanly."""
+    types and values: no internal error, and the test's analyses still run cleanly.  (In a temporary
+    directory: ``npugraph.timeline("x")`` writes a file.)"""
     from .sweep import public_methods
+
+    monkeypatch.chdir(tmp_path)
 
     methods = public_methods(npugraph)
     names = [n for n, _ in methods]
