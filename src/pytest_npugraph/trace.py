@@ -266,15 +266,16 @@ class EventReset(Marker):
 
 @_marker("host_access")
 class HostAccess(Marker):
-    """The host used CPU memory that a non_blocking copy task ``copy`` (a ``Kernel`` seq) writes: the
-    destination of a device-to-host copy.  ``access`` is ``"read"`` or ``"write"``, ``op`` the torch
-    call that used it.  Recorded only while the host did not know the copy done (host_races.py decides
-    with happens-before)."""
+    """The host used CPU memory that a non_blocking copy task ``copy`` (a ``Kernel`` seq) uses:
+    ``role`` ``"destination"`` (a device-to-host copy writes it) or ``"source"`` (a host-to-device copy
+    reads it).  ``access`` is ``"read"`` or ``"write"``, ``op`` the torch call that used it.  Recorded
+    only while the host did not know the copy done (host_races.py decides with happens-before)."""
 
     seq: int
     copy: int
     access: str
     op: str
+    role: str = "destination"
     stream: Optional[int] = None
     site: Site = UNKNOWN_SITE
 

@@ -18,6 +18,7 @@ from .. import trace as T
 from . import cpu_gaps, profiles
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
+from .._context import CONTEXT
 from .runtime import current
 
 NPU = "npu"
@@ -556,24 +557,33 @@ def _copy(func, plan, args, kwargs):
         if later and not non_blocking:       # a blocking copy runs in stream order, the host waiting
             rt.host_wait(rt.synced("stream", stream=stream), f"the host (blocking copy at {user_site(2)})")
             later = rt.executor.deferred(stream.sid)
+        payload = dst._payload
         if not later:
-            dst._payload.copy_(src)
+            _host_copy(payload, src)
         if stream is not None:
             seq = _launch(plan.name + " (H2D)", dst.device.index, [], [dst],
-                          replay=(func, (dst._payload, src), {}, dst._payload))
+                          replay=(func, (payload, src), {}, payload))
             if later:                        # the device reads the host memory when it gets there
-                payload = dst._payload
-                rt.executor.submit(stream.sid, seq, lambda: payload.copy_(src), what=f"H2D copy at {user_site(2)}")
+                rt.executor.submit(stream.sid, seq, lambda: _host_copy(payload, src),
+                                   what=f"H2D copy at {user_site(2)}")
             if not non_blocking:
                 rt.host_sync("stream", device=dst.device.index, stream=stream, site=user_site(2))
+            elif capture is None:            # the host must not write the source before it knows the copy done
+                _watch_host(src, rt, stream.sid, seq, "source")
         return dst
     if not _is_fake(src._payload):           # device to host
         if non_blocking:
-            _copy_to_host_later(rt, plan.name, src, lambda: dst.copy_(src._payload), fresh=False)
+            _copy_to_host_later(rt, plan.name, src, lambda: _host_copy(dst, src._payload), fresh=False)
             return dst
         read_to_host(rt, src, plan.name + " (D2H)")
-    dst.copy_(src._payload)
+    _host_copy(dst, src._payload)
     return dst
+
+
+def _host_copy(dst, src):
+    """The copy task's own access to host memory: not a host access (``PendingHostTensor`` ignores it)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return dst.copy_(src)
 
 
 def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
@@ -582,17 +592,19 @@ def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
     ``copy()`` makes a new tensor each time, whose values the queued copy puts into the first."""
     stream = rt.current_stream(src.device.index)
     seq = _launch(name + " (D2H)", src.device.index, [src], [])
-    if not rt.executor.deferred(stream.sid):
-        return _pending_on_host(copy(), rt, stream.sid, seq) if fresh else copy()
-    result = copy()                           # shape and dtype now, values when the copy runs
-    if rt.executor.shuffle is not None and isinstance(result, torch.Tensor) and result.is_floating_point():
-        result.fill_(float("nan"))            # not copied yet: a host read before a sync sees garbage
+    result = copy()                           # deferred: shape and dtype now, values when the copy runs
+    if rt.executor.deferred(stream.sid):
+        if rt.executor.shuffle is not None and isinstance(result, torch.Tensor) and result.is_floating_point():
+            with torch._C.DisableTorchFunctionSubclass():
+                result.fill_(float("nan"))    # not copied yet: a host read before a sync sees garbage
+        if fresh:
+            target = result
+            rt.executor.submit(stream.sid, seq, lambda: _host_copy(target, copy()), what=f"D2H copy at {user_site(3)}")
+        else:
+            rt.executor.submit(stream.sid, seq, copy, what=f"D2H copy at {user_site(3)}")
     if fresh:
-        target = result
-        rt.executor.submit(stream.sid, seq, lambda: target.copy_(copy()), what=f"D2H copy at {user_site(3)}")
-    else:
-        rt.executor.submit(stream.sid, seq, copy, what=f"D2H copy at {user_site(3)}")
-    return _pending_on_host(result, rt, stream.sid, seq) if fresh else result
+        return _pending_on_host(result, rt, stream.sid, seq)
+    return _watch_host(result, rt, stream.sid, seq, "destination")
 
 
 # the torch calls on a pending copy destination that read no values (metadata, views handled apart)
@@ -611,11 +623,15 @@ _AS_PLAIN = frozenset({"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstat
 
 
 class PendingHostTensor(torch.Tensor):
-    """The CPU tensor a ``non_blocking`` device-to-host copy returns (``y.to("cpu", non_blocking=True)``):
-    values arrive when the copy task runs.  Every torch call that uses its values while the host does
-    not yet know the copy done is recorded as ``HostAccess`` (host_races.py reports those the host
-    did not wait for); views stay pending; results of other calls are plain tensors.  Once the host
-    knows the copy done, calls cost one check."""
+    """Host memory a ``non_blocking`` copy task still uses: the CPU tensor a device-to-host copy
+    returns (``y.to("cpu", non_blocking=True)``), and, for as long as their copy is pending, the
+    user's own tensors the copy uses (``cpu_t.copy_(npu_t, non_blocking=True)``'s destination,
+    ``npu_t.copy_(cpu_t, non_blocking=True)``'s source, and the tensor those are views of: their
+    class is switched, and switched back once the host knows the copy done).  Each torch call that
+    uses the copied bytes while the host does not know the copy done is recorded as ``HostAccess``
+    (host_races.py reports those the host did not wait for): any use of a destination, writes of a
+    source.  Views stay pending; results of other calls are plain tensors.  Once the host knows the
+    copy done, calls cost one check."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -635,32 +651,106 @@ class PendingHostTensor(torch.Tensor):
             name = getattr(getattr(func, "__self__", None), "__name__", name)
         if name in _NO_DATA:
             return result
-        first = live[0]
-        if isinstance(result, torch.Tensor) and not isinstance(result, PendingHostTensor) and result.device.type == "cpu" \
-                and result.untyped_storage().data_ptr() == first.untyped_storage().data_ptr() and result.numel():
-            return _pending_on_host(result, *first._npu_copy)      # a view: still the pending memory
-        writes = name.endswith("_") and not name.startswith("_") or "out" in kwargs
-        rt, sid, seq = first._npu_copy
-        rt.marker(T.HostAccess, site=user_site(1), copy=seq, access="write" if writes else "read",
-                  op=f"{name}()" if name else str(func))
+        with torch._C.DisableTorchFunctionSubclass():
+            first = live[0]
+            if isinstance(result, torch.Tensor) and not isinstance(result, PendingHostTensor) \
+                    and result.device.type == "cpu" and result.numel() \
+                    and result.untyped_storage().data_ptr() == first.untyped_storage().data_ptr():
+                return _pending_on_host(result, *first._npu_copy)   # a view: pending if it holds copied bytes
+            live = [p for p in live if _overlaps(_accessed(p, name, args), p._npu_copy[4])]
+        out = kwargs.get("out")
+        for p in live:
+            rt, sid, seq, role, _ = p._npu_copy
+            write = p is out or (args and p is args[0] and _writes(name))
+            if role == "source" and not write:
+                continue
+            rt.marker(T.HostAccess, site=user_site(1), copy=seq, access="write" if write else "read", role=role,
+                      op=f"{name}()" if name else str(func))
+            break
         return result
 
 
+# in-place calls that write their first argument without a trailing-underscore name
+_IN_PLACE = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+                       "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+                       "__imatmul__", "set_"})
+
+
+def _writes(name: str) -> bool:
+    return name in _IN_PLACE or (name.endswith("_") and not name.startswith("_"))
+
+
+def _extent(t) -> tuple:
+    """The bytes of its storage that tensor ``t`` spans, as ``(lo, hi)``."""
+    item = t.element_size()
+    lo = t.storage_offset() * item
+    if t.numel() == 0:
+        return lo, lo
+    return lo, lo + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 1)) * item
+
+
+def _overlaps(t, extent) -> bool:
+    lo, hi = _extent(t)
+    return lo < extent[1] and extent[0] < hi
+
+
+def _accessed(t, name: str, args):
+    """The part of ``t`` a call uses: the indexed part for ``t[index] = value``, else all of ``t``."""
+    if name == "__setitem__" and len(args) > 1 and args[0] is t:
+        try:
+            part = t[args[1]]
+        except Exception:   # noqa: BLE001 - the call itself already succeeded; be conservative
+            return t
+        if isinstance(part, torch.Tensor) and part.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            return part
+    return t
+
+
 def _copy_known_done(t) -> bool:
-    rt, sid, seq = t._npu_copy
-    if rt.stream_completed(sid, seq):
+    """The host knows ``t``'s copy done (or the copy belongs to an earlier test): stop watching ``t``."""
+    rt, sid, seq = t._npu_copy[:3]
+    if rt.generation != CONTEXT.generation or rt.stream_completed(sid, seq):
         t._npu_copy = None
+        if t.__dict__.get("_npu_switched"):          # the user's own tensor: back to what it was
+            del t._npu_switched
+            t.__class__ = torch.Tensor
         return True
     return False
 
 
-def _pending_on_host(result, rt, sid, seq):
-    """``result`` as a ``PendingHostTensor`` watching copy task ``seq`` (unchanged if not recorded)."""
+def _pending_on_host(result, rt, sid, seq, role="destination", extent=None):
+    """``result`` as a ``PendingHostTensor`` watching copy task ``seq``, which uses the bytes ``extent``
+    of its storage (all of them by default); unchanged if the copy was not recorded or ``result``
+    holds none of those bytes."""
     if seq is None or not isinstance(result, torch.Tensor) or result.device.type != "cpu":
         return result
+    if extent is None:
+        extent = _extent(result)
+    elif not _overlaps(result, extent):
+        return result
     out = torch.Tensor._make_subclass(PendingHostTensor, result, result.requires_grad)
-    out._npu_copy = (rt, sid, seq)
+    out._npu_copy = (rt, sid, seq, role, extent)
     return out
+
+
+def _watch_host(t, rt, sid, seq, role):
+    """The user's CPU tensor ``t`` (and the tensor it is a view of) is the ``role`` ("source" or
+    "destination") of copy task ``seq``: a ``PendingHostTensor`` until the host knows the copy done.
+    Tensors of other subclasses are left alone.  Returns ``t``."""
+    if seq is None or not isinstance(t, torch.Tensor) or t.device.type != "cpu" or isinstance(t, NpuTensor):
+        return t
+    with torch._C.DisableTorchFunctionSubclass():
+        extent, base = _extent(t), t._base          # a view and its base share the storage's offsets
+    for owner in (t,) if base is None else (t, base):
+        if isinstance(owner, PendingHostTensor) and owner.__dict__.get("_npu_copy") is not None \
+                and not _copy_known_done(owner) and owner._npu_copy[3] == "destination" and role == "source":
+            continue                          # a pending device write of this memory matters more than a read
+        if type(owner) is torch.Tensor:
+            owner.__class__ = PendingHostTensor
+            owner._npu_switched = True
+        if isinstance(owner, PendingHostTensor):
+            owner._npu_copy = (rt, sid, seq, role, extent)
+    return t
 
 
 @outside_dynamo
