@@ -212,13 +212,15 @@ def span(t: NpuTensor):
 class _Plan:
     """What dispatch needs to know about an op, computed once per OpOverload."""
 
-    __slots__ = ("name", "args", "metadata_only", "metadata_inplace", "special", "returns_args")
+    __slots__ = ("name", "args", "reads_data", "metadata_only", "metadata_inplace", "special", "returns_args")
 
     def __init__(self, func):
         schema = func._schema
         self.name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
-        self.metadata_only = any(r.alias_info is not None and not r.alias_info.is_write
-                                 for r in schema.returns) or _FACTORY_LIKE(schema.name)
+        views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+        # ``zeros_like(x)`` reads only ``x``'s metadata, but fills its result: a task (and a replay step)
+        self.reads_data = not (views or _FACTORY_LIKE(schema.name))
+        self.metadata_only = views or schema.name in _ALLOCATE_ONLY     # no device task at all
         self.metadata_inplace = schema.name in METADATA_INPLACE
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
@@ -242,6 +244,10 @@ METADATA_INPLACE = frozenset((
 def _FACTORY_LIKE(name: str) -> bool:
     base = name.split("::")[-1]
     return base.startswith("new_") or base.endswith("_like")
+
+
+# factories that only allocate (their values are whatever the memory held): no kernel
+_ALLOCATE_ONLY = frozenset(("aten::empty_like", "aten::new_empty", "aten::new_empty_strided"))
 
 
 _plans: dict = {}
@@ -323,7 +329,7 @@ def _run(func, plan, args, kwargs, now=False):
             inputs.append(t)
             if is_write:
                 writes.append(t)
-            elif not plan.metadata_only:
+            elif plan.reads_data:
                 reads.append(t)
     if not inputs:   # e.g. a tensor list kwarg not named in the schema: find them all
         inputs = [t for v in list(args) + list(kwargs.values()) for t in _npu_tensors(v)]
