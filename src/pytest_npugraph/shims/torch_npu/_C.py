@@ -225,6 +225,12 @@ def _npu_memorySnapshot(mempool_id=None) -> dict:
 
 
 # ----------------------------------------------------------------------- streams
+def _is_npu_torch_stream(stream) -> bool:
+    """A plain ``torch.Stream`` naming an npu stream (``torch.accelerator.current_stream()``, the stream
+    objects Dynamo hands its ``streams::`` ops): it names the same stream as the torch_npu handle."""
+    return type(stream) is torch.Stream and stream.device_type == PRIVATEUSE1
+
+
 def _stream_state(stream_id: int, device_index: int, device_type: int = PRIVATEUSE1):
     return _rt().stream_by_id(device_index, stream_id)
 
@@ -382,7 +388,8 @@ class _NPUEventBase(torch.Event):
         rt = _rt()
         if stream is None:
             return rt.current_stream()
-        _args.require(stream, _NPUStreamBase, method, "stream", "torch_npu.npu.Stream")
+        if not _is_npu_torch_stream(stream):
+            _args.require(stream, _NPUStreamBase, method, "stream", "torch_npu.npu.Stream")
         return _stream_state(stream.stream_id, stream.device_index)
 
     def record(self, stream=None):

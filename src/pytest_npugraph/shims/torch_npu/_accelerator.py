@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
+
 _PINNED = "_npugraph_pinned"     # set on the (preserved) Python object of a pinned copy's storage
 _installed = False
 
@@ -81,6 +83,63 @@ pin_memory.__doc__ = _tensor_pin_memory.__doc__
 is_pinned.__doc__ = _tensor_is_pinned.__doc__
 
 
+# ------------------------------------------------------------------- accelerator
+_accelerator_current_stream = torch.accelerator.current_stream
+_accelerator_set_stream = torch.accelerator.set_stream
+_accelerator_synchronize = torch.accelerator.synchronize
+
+
+def _npu_index(device):
+    """The npu device index ``device`` names (None: the current one), or False for another device type."""
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    return device.index if device.type == "npu" else False
+
+
+@outside_dynamo
+def current_stream(device=None, /):
+    """``torch.accelerator.current_stream``: a ``torch.Stream`` naming the emulated stream current on the
+    npu device, as torch's is (torch's own asks a C++ device guard that a Python backend cannot
+    provide, and always answers stream 0)."""
+    index = _npu_index(device)
+    if index is False:
+        return _accelerator_current_stream(device)
+    import torch_npu
+
+    s = torch_npu.npu.current_stream(index)
+    return torch.Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+@outside_dynamo
+def set_stream(stream, /) -> None:
+    """``torch.accelerator.set_stream``: an npu stream becomes the emulated current stream."""
+    if getattr(stream, "device_type", None) == torch._C._autograd.DeviceType.PrivateUse1.value:
+        import torch_npu
+        from torch_npu.npu.streams import as_npu_stream
+
+        return torch_npu.npu.set_stream(as_npu_stream(stream))
+    return _accelerator_set_stream(stream)
+
+
+@outside_dynamo
+def synchronize(device=None, /) -> None:
+    """``torch.accelerator.synchronize``: a host sync with the emulated npu device."""
+    index = _npu_index(device)
+    if index is False:
+        return _accelerator_synchronize(device)
+    import torch_npu
+
+    return torch_npu.npu.synchronize(index)
+
+
+for _mine, _torchs in ((current_stream, _accelerator_current_stream), (set_stream, _accelerator_set_stream),
+                       (synchronize, _accelerator_synchronize)):
+    _mine.__doc__, _mine.__module__ = _torchs.__doc__, _torchs.__module__
+
+
 # --------------------------------------------------------------------- inductor
 INDUCTOR_MESSAGE = (
     "torch.compile's default backend 'inductor' cannot compile for the emulated NPU: pytest-npugraph computes "
@@ -141,4 +200,7 @@ def install() -> None:
     torch.Generator = Generator
     torch.Tensor.pin_memory = pin_memory
     torch.Tensor.is_pinned = is_pinned
+    torch.accelerator.current_stream = current_stream
+    torch.accelerator.set_stream = set_stream
+    torch.accelerator.synchronize = synchronize
     _installed = True

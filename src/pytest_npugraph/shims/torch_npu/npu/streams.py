@@ -21,6 +21,7 @@ class Stream(_C._NPUStreamBase):
         event.wait(self)
 
     def wait_stream(self, stream) -> None:
+        stream = as_npu_stream(stream)
         self.wait_event(stream.record_event())
 
     def record_event(self, event=None):
@@ -46,6 +47,14 @@ class Stream(_C._NPUStreamBase):
 
     def __repr__(self):
         return f"<torch_npu.npu.Stream device={self.device} npu_stream={self.npu_stream:#x}>"
+
+
+def as_npu_stream(stream):
+    """``stream`` as a torch_npu ``Stream`` if it is a plain ``torch.Stream`` of the npu device (whose own
+    ``record_event``/``wait_stream`` reach no NPU runtime here); anything else unchanged."""
+    if _C._is_npu_torch_stream(stream):
+        return Stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
+    return stream
 
 
 class ExternalStream(Stream):

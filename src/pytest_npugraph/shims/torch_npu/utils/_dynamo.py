@@ -76,10 +76,13 @@ def _register_interface() -> None:
     register_interface_for_device("npu", interface)
     for i in range(32):
         register_interface_for_device(f"npu:{i}", interface)
+    from torch_npu import _accelerator
+
     handlers = TorchInGraphFunctionVariable._get_handlers()
-    accelerator = handlers.get(torch.accelerator.current_stream)
-    if accelerator is not None:
-        handlers[torch.npu.current_stream] = accelerator
+    accelerator = handlers.get(_accelerator._accelerator_current_stream) or handlers.get(_accelerator.current_stream)
+    if accelerator is not None:     # torch.accelerator.current_stream is the emulator's (_accelerator.py)
+        for fn in (torch.npu.current_stream, _accelerator.current_stream, _accelerator._accelerator_current_stream):
+            handlers[fn] = accelerator
 
 
 def _patch_in_graph_classes() -> None:
@@ -105,7 +108,8 @@ def _patch_in_graph_classes() -> None:
 
 _IN_GRAPH_FUNCTIONS = ("torch.npu.current_stream", "torch.npu.default_stream", "torch.npu.stream", "torch.npu.set_stream",
                        "torch_npu.npu.stream", "torch_npu.npu.utils.stream", "torch_npu.npu.utils.synchronize",
-                       "torch.npu.current_device", "torch.npu.is_available", "torch.npu.get_device_properties")
+                       "torch.npu.current_device", "torch.npu.is_available", "torch.npu.get_device_properties",
+                       "torch_npu._accelerator.current_stream")
 
 
 def _patch_trace_rules() -> None:
@@ -169,6 +173,25 @@ def _patch_stream_context() -> None:
         return NpuStreamContextVariable.create(tx, stream)
 
     TorchInGraphFunctionVariable._get_handlers()[get_interface_for_device("npu").stream] = handle_stream
+
+
+def _patch_stream_ops() -> None:
+    """Dynamo's ``streams::`` ops (``wait_stream``, ``fork``, ``join``, events) look their streams up by
+    index; the current stream there is a plain ``torch.Stream`` (from ``torch.accelerator``), whose
+    methods reach no NPU runtime here: hand the ops the torch_npu stream it names instead, so a
+    compiled region run by the eager or aot_eager backend waits as written."""
+    streams = sys.modules.get("torch._dynamo.variables.streams")
+    if streams is None or getattr(streams._get_stream_by_index, "_npugraph", False):
+        return
+    original = streams._get_stream_by_index
+
+    def _get_stream_by_index(index: int):
+        from torch_npu.npu.streams import as_npu_stream
+
+        return as_npu_stream(original(index))
+
+    _get_stream_by_index._npugraph = True
+    streams._get_stream_by_index = _get_stream_by_index
 
 
 def _patch_builtin_id() -> None:
@@ -235,6 +258,7 @@ def setup() -> None:
     """Apply every step once (each is idempotent on its own)."""
     for name, step in (("trace_rules", _patch_trace_rules), ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
                        ("python_types", _patch_python_types), ("stream_context", _patch_stream_context),
+                       ("stream_ops", _patch_stream_ops),
                        ("builtin_id", _patch_builtin_id), ("inductor", _refuse_inductor_for_npu),
                        ("backends", _register_backends)):
         if name not in _DONE:
