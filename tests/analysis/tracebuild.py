@@ -1,12 +1,18 @@
-"""A concise builder of hand-written traces for the analysis tests.
+"""The builder of hand-written traces for the analysis tests (memory, ordering, cores, deadlocks).
 
-Streams, events and tensors are named by strings; every call appends one record (or two,
-for ``wait_stream``) with its own source line ``model.py:<seq + 1>`` and returns its seq.
+Streams, events and tensors are named by strings (streams and events also by the ids ``stream()``
+and ``event()`` return); every call appends one record (or two, for ``wait_stream``) with its own
+source line ``model.py:<seq + 1>`` and returns its seq.
 
     b = Build("main", "side")
     b.alloc("x", stream="main")
     b.kernel("main", writes="x")
     b.kernel("side", reads=b.view("x", 0, 32))
+
+For the core and deadlock analyses, ``Build(devices=N, cube=..., vector=...)`` starts with each
+device's ``DeviceCores`` and no streams; ``kernel`` takes the op's core profile (``cube``,
+``vector``, ``resident``, ``kind``, ``limit_applies``) and records the stream's limits in force
+(``limit``); ``collective`` issues a member of a collective.
 """
 from __future__ import annotations
 
@@ -16,23 +22,39 @@ PATH = "model.py"
 
 
 class Build:
-    def __init__(self, *streams: str, device: int = 0) -> None:
+    def __init__(self, *streams: str, device: int = 0, devices=None, cube: int = 24, vector: int = 48) -> None:
         self.trace = T.Trace()
         self.sids: dict = {}
         self.eids: dict = {}
         self.bids: dict = {}
+        self.limits: dict = {}  # sid -> [cube, vector] limit in force (0 = none)
         self._top: dict = {}  # device -> next free address
+        if devices is not None:                 # the cores style: device pools, streams made later
+            for d in range(devices):
+                self.marker(T.DeviceCores, device=d, cube=cube, vector=vector)
+            return
         for name in streams or ("main", "side"):
             self.stream(name, device)
 
     # ---------------------------------------------------------------- tables
-    def stream(self, name: str, device: int = 0) -> int:
-        sid = len(self.sids) + 100
-        self.sids[name] = sid
-        self.trace.streams[sid] = T.StreamInfo(sid, device, len(self.sids) - 1, f"npu:{device}/{name}")
+    def stream(self, name: str = "", device: int = 0) -> int:
+        """A stream labelled ``npu:<device>/<name>``; its name refers to it (the first of that name)."""
+        n = len(self.trace.streams)
+        sid = n + 100
+        name = name or f"stream-{n}"
+        self.sids.setdefault(name, sid)
+        self.limits[sid] = [0, 0]
+        self.trace.streams[sid] = T.StreamInfo(sid, device, n, f"npu:{device}/{name}")
         return sid
 
-    def event(self, name: str, *, external: bool = False, tag=None) -> int:
+    def _sid(self, stream) -> int:
+        return stream if isinstance(stream, int) else self.sids[stream]
+
+    def event(self, name=None, *, external: bool = False, tag=None) -> int:
+        if isinstance(name, int):
+            return name
+        if name is None:
+            name = f"_event{len(self.eids)}"
         if name not in self.eids:
             eid = self.eids[name] = len(self.eids) + 500
             label = f"tagged event {tag!r}" if tag is not None else f"Event#{eid}"
@@ -91,17 +113,40 @@ class Build:
         return self._add(T.RecordStream, self.bids[name], self.sids[stream], line=line)
 
     # ---------------------------------------------------------------- device work
-    def kernel(self, stream: str, reads=(), writes=(), op: str = "aten::op", line=None, **kw) -> int:
-        return self._add(T.Kernel, self.sids[stream], op, self._spans(reads), self._spans(writes),
-                         line=line, **kw)
+    def kernel(self, stream, reads=(), writes=(), op: str = "aten::op", line=None, *, cube: int = 0,
+               vector: int = 0, resident: bool = False, kind: str = "AIV", limit_applies: bool = True,
+               cores=None, **kw) -> int:
+        """A task of ``op`` on ``stream`` asking for ``cube``/``vector`` cores (or ``cores``, an
+        ``OpCores``); the stream's limits in force are recorded."""
+        sid = self._sid(stream)
+        cube_limit, vector_limit = self.limits.get(sid, (0, 0))
+        if cores is None:
+            cores = T.OpCores(kind, cube, vector, resident, limit_applies)
+        kw.setdefault("cube_limit", cube_limit)
+        kw.setdefault("vector_limit", vector_limit)
+        return self._add(T.Kernel, sid, op, self._spans(reads), self._spans(writes), line=line, cores=cores, **kw)
 
-    def record(self, event: str, stream: str, line=None) -> int:
-        return self._add(T.EventRecord, self.sids[stream], self.event(event), line=line)
+    def collective(self, stream, op: str, group: str, seq: int, **cores) -> int:
+        """Member ``seq`` of collective group ``group``: resident by default (an AIV-mode collective
+        holds its cores while it waits for its peers)."""
+        cores.setdefault("resident", True)
+        return self.kernel(stream, op=op, kind=cores.pop("kind", "HCCL"), collective=(group, seq), **cores)
 
-    def wait(self, event: str, stream: str, line=None) -> int:
-        return self._add(T.EventWait, self.sids[stream], self.event(event), line=line)
+    def limit(self, stream, cube: int = -1, vector: int = -1) -> int:
+        """``torch.npu.set_stream_limit(stream, cube, vector)``: -1 leaves a value unchanged."""
+        sid = self._sid(stream)
+        for i, value in enumerate((cube, vector)):
+            if value != -1:
+                self.limits[sid][i] = value
+        return self.marker(T.StreamLimit, stream=sid, cube=cube, vector=vector)
 
-    def wait_stream(self, waiter: str, waitee: str) -> int:
+    def record(self, event, stream, line=None) -> int:
+        return self._add(T.EventRecord, self._sid(stream), self.event(event), line=line)
+
+    def wait(self, event, stream, line=None) -> int:
+        return self._add(T.EventWait, self._sid(stream), self.event(event), line=line)
+
+    def wait_stream(self, waiter, waitee) -> int:
         """``waiter.wait_stream(waitee)``: record a fresh event on ``waitee``, wait on ``waiter``."""
         event = f"_wait_stream{self.trace.next_seq}"
         self.record(event, waitee)
@@ -109,8 +154,8 @@ class Build:
 
     # ---------------------------------------------------------------- host
     def sync(self, what: str = "device", stream=None, event=None, device: int = 0, line=None) -> int:
-        return self._add(T.HostSync, what, device, self.sids[stream] if stream else None,
-                         self.event(event) if event else None, line=line)
+        return self._add(T.HostSync, what, device, self._sid(stream) if stream is not None else None,
+                         self.event(event) if event is not None else None, line=line)
 
     def marker(self, kind: type, stream=None, line=None, **fields) -> int:
         """A marker record of type ``kind``; a capture marker gets a graph (and pool) by default."""
@@ -118,8 +163,8 @@ class Build:
             fields.setdefault("graph", T.GraphCall("NPUGraph#1"))
         if kind is T.CaptureBegin:
             fields.setdefault("pool", "(1, 0)")
-        if stream:
-            fields["stream"] = self.sids[stream]
+        if stream is not None:
+            fields["stream"] = self._sid(stream)
         seq = self.trace.next_seq
         self.trace.append(kind(seq=seq, site=self.site(line), **fields))
         return seq

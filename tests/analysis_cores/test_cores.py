@@ -8,7 +8,9 @@ import pytest
 from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import cores
 
-from .build import Builder, seed
+from analysis.tracebuild import Build
+
+from .scenarios import seed
 
 
 def kinds(trace, kind):
@@ -26,8 +28,8 @@ def one(trace, kind):
     (25, -1, "cube_num=25", "exceeds the device"), (-1, 49, "vector_num=49", "exceeds the device"),
     (0, -1, "cube_num=0", "leaves no core"), (-1, -2, "vector_num=-2", "not a core count")])
 def test_stream_limit_outside_device_range(cube, vector, bad, why):
-    b = Builder()
-    s = b.stream(0, "side")
+    b = Build(devices=1)
+    s = b.stream("side", 0)
     b.limit(s, cube, vector)
     hazard = one(b.trace, "core-limit")
     assert bad in hazard.message and why in hazard.message and "npu:0/side" in hazard.message
@@ -36,40 +38,40 @@ def test_stream_limit_outside_device_range(cube, vector, bad, why):
 
 @pytest.mark.parametrize("cube, vector", [(1, 1), (24, 48), (-1, -1), (12, -1)])
 def test_stream_limit_inside_range_is_silent(cube, vector):
-    b = Builder()
+    b = Build(devices=1)
     b.limit(b.stream(), cube, vector)
     assert cores.find(b.trace) == []
 
 
 def test_device_limit_out_of_range_and_zero_on_a_chip_without_vector_cores():
-    b = Builder(devices=2)
+    b = Build(devices=2)
     b.marker(T.DeviceLimit, device=1, cube=30, vector=-1)
     assert re.search(r"set_device_limit\(1, cube_num=30\).*\[1, 24\]", one(b.trace, "core-limit").message)
-    b = Builder(cube=20, vector=0)
+    b = Build(devices=1, cube=20, vector=0)
     b.limit(b.stream(), 8, 0)
     assert cores.find(b.trace) == []
 
 
 def test_kernel_limit_without_a_marker_is_checked_once_per_stream():
-    b = Builder()
+    b = Build(devices=1)
     s = b.stream()
     b.limits[s] = [0, 64]   # e.g. a graph-mode scope the runtime recorded only on kernels
-    b.kernel(s, "add", vector=8)
-    b.kernel(s, "mul", vector=8)
+    b.kernel(s, op="add", vector=8)
+    b.kernel(s, op="mul", vector=8)
     hazard = one(b.trace, "core-limit")
     assert "vector limit 64 in force when add was issued" in hazard.message
 
 
 # ------------------------------------------------------------------------ k-way sum
-def three_limited_streams(ordered: bool, resident: bool = True) -> Builder:
-    b = Builder()
-    streams = [b.stream(0, f"s{i}") for i in range(3)]
+def three_limited_streams(ordered: bool, resident: bool = True) -> Build:
+    b = Build(devices=1)
+    streams = [b.stream(f"s{i}", 0) for i in range(3)]
     for s in streams:
         b.limit(s, vector=20)
     for i, s in enumerate(streams):
         if ordered and i:
-            b.order(streams[i - 1], s)
-        b.kernel(s, f"op{i}", vector=48, resident=resident)
+            b.wait_stream(s, streams[i - 1])
+        b.kernel(s, op=f"op{i}", vector=48, resident=resident)
     return b
 
 
@@ -90,21 +92,21 @@ def test_limited_streams_that_are_not_resident_break_only_the_docs_rule():
 
 
 def test_pairs_that_fit_are_silent_even_when_a_third_would_not_overlap():
-    b = Builder()
+    b = Build(devices=1)
     a, c, d = (b.stream() for _ in range(3))
-    b.kernel(a, "rs", vector=24, resident=True)
-    b.kernel(c, "ag", vector=24, resident=True)
-    b.order(a, d)
-    b.order(c, d)
-    b.kernel(d, "nonzero", vector=48, resident=True)   # after both: never with them
+    b.kernel(a, op="rs", vector=24, resident=True)
+    b.kernel(c, op="ag", vector=24, resident=True)
+    b.wait_stream(d, a)
+    b.wait_stream(d, c)
+    b.kernel(d, op="nonzero", vector=48, resident=True)   # after both: never with them
     assert cores.find(b.trace) == []
 
 
 def test_cube_pool_is_checked_too():
-    b = Builder()
+    b = Build(devices=1)
     x, y = b.stream(), b.stream()
-    b.kernel(x, "mm_allreduce", cube=16, kind="MC2", resident=True)
-    b.kernel(y, "matmul_sync", cube=16, kind="AICore", resident=True)
+    b.kernel(x, op="mm_allreduce", cube=16, kind="MC2", resident=True)
+    b.kernel(y, op="matmul_sync", cube=16, kind="AICore", resident=True)
     assert "need 32 cube cores" in one(b.trace, "core-limit").message
 
 
@@ -118,13 +120,13 @@ def test_seed_scenario_oversubscribes_and_its_fix_is_clean():
 
 
 # ------------------------------------------------------------------ limit-ineffective
-def limited_op(kind: str, resident: bool = False, vector: int = 48, beside: bool = False) -> Builder:
-    b = Builder()
-    s = b.stream(0, "limited")
+def limited_op(kind: str, resident: bool = False, vector: int = 48, beside: bool = False) -> Build:
+    b = Build(devices=1)
+    s = b.stream("limited", 0)
     if beside:
-        b.kernel(b.stream(0, "other"), "matmul", vector=48)
+        b.kernel(b.stream("other", 0), op="matmul", vector=48)
     b.limit(s, vector=8)
-    b.kernel(s, f"{kind.lower()}_op", kind=kind, vector=vector, resident=resident, limit_applies=False)
+    b.kernel(s, op=f"{kind.lower()}_op", kind=kind, vector=vector, resident=resident, limit_applies=False)
     return b
 
 
@@ -147,22 +149,22 @@ def test_static_kernel_beside_another_core_user_is_an_error():
 
 
 def test_limit_that_applies_or_no_limit_is_silent():
-    b = Builder()
+    b = Build(devices=1)
     s = b.stream()
-    b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False)   # no limit in force
+    b.kernel(s, op="atb_op", kind="ATB", vector=48, limit_applies=False)   # no limit in force
     b.limit(s, vector=8)
-    b.kernel(s, "swiglu", vector=48)                                    # the limit binds it
+    b.kernel(s, op="swiglu", vector=48)                                    # the limit binds it
     b.limit(s, vector=48)                                               # the maximum: no limit
-    b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False)
+    b.kernel(s, op="atb_op", kind="ATB", vector=48, limit_applies=False)
     assert kinds(b.trace, "limit-ineffective") == []
 
 
 def test_launches_from_one_call_site_are_one_hazard():
-    b = Builder()
+    b = Build(devices=1)
     s = b.stream()
     b.limit(s, vector=8)
     for line in (7, 7, 7, 9):  # a loop body at line 7, then another call at line 9
-        b.kernel(s, "atb_op", kind="ATB", vector=48, limit_applies=False, line=line)
+        b.kernel(s, op="atb_op", kind="ATB", vector=48, limit_applies=False, line=line)
     first, second = kinds(b.trace, "limit-ineffective")
     assert "(3 launches)" in first.message and len(first.seqs) == 3 and first.where == ["model.py:7"]
     assert "launches" not in second.message and second.where == ["model.py:9"]

@@ -5,7 +5,9 @@ import logging
 
 from pytest_npugraph.analysis import deadlock, taskgraph
 
-from .build import Builder, seed
+from analysis.tracebuild import Build
+
+from .scenarios import seed
 
 
 def deadlocks(trace):
@@ -38,23 +40,23 @@ def test_seed_fix_is_clean_and_one_core_more_still_cannot_deadlock():
 
 
 def test_nonzero_ordered_after_the_collectives_is_clean():
-    b = Builder(devices=2)
+    b = Build(devices=2)
     for device in range(2):
-        rs, ep, nz = (b.stream(device) for _ in range(3))
+        rs, ep, nz = (b.stream(device=device) for _ in range(3))
         b.collective(rs, "reduce_scatter", "tp", 0, vector=16)
         b.collective(ep, "dispatch_combine", "ep", 0, vector=24)
-        b.order(rs, nz)
-        b.order(ep, nz)
-        b.kernel(nz, "nonzero", vector=48, resident=True)
+        b.wait_stream(nz, rs)
+        b.wait_stream(nz, ep)
+        b.kernel(nz, op="nonzero", vector=48, resident=True)
     assert deadlock.find(b.trace) == []
 
 
-def rank_programs(orders, streams_per_rank=1, **cores) -> Builder:
+def rank_programs(orders, streams_per_rank=1, **cores) -> Build:
     """Rank r issues the collectives ``orders[r]`` (op, group) in order, round-robin over its
     streams; each group numbers its collectives per rank, as the runtime does."""
-    b = Builder(devices=len(orders))
+    b = Build(devices=len(orders))
     for rank, order in enumerate(orders):
-        streams = [b.stream(rank, f"s{i}") for i in range(streams_per_rank)]
+        streams = [b.stream(f"s{i}", rank) for i in range(streams_per_rank)]
         counts: dict = {}
         for i, (op, group) in enumerate(order):
             counts[group] = counts.get(group, 0) + 1
@@ -99,18 +101,18 @@ def test_a_rank_that_never_issues_a_collective():
     assert "npu:1, which never issues it" in hazard.message
 
 
-def starved(nonzero_after_tp: bool) -> Builder:
+def starved(nonzero_after_tp: bool) -> Build:
     """npu:0: the tp collective (16 cores) and NonZero (48: it takes the other 32) can leave
     no core for the plain op in front of the ep collective, which npu:1 needs before tp."""
-    b = Builder(devices=2)
-    tp, side, nz = (b.stream(0, name) for name in ("tp", "side", "nz"))
+    b = Build(devices=2)
+    tp, side, nz = (b.stream(name, 0) for name in ("tp", "side", "nz"))
     b.collective(tp, "all_reduce", "tp", 1, vector=16)
-    b.kernel(side, "add", vector=8)
+    b.kernel(side, op="add", vector=8)
     b.collective(side, "all_to_all", "ep", 1, vector=0, resident=False)
     if nonzero_after_tp:
-        b.order(tp, nz)
-    b.kernel(nz, "nonzero", vector=48, resident=True)
-    peer = b.stream(1, "hccl")
+        b.wait_stream(nz, tp)
+    b.kernel(nz, op="nonzero", vector=48, resident=True)
+    peer = b.stream("hccl", 1)
     b.collective(peer, "all_to_all", "ep", 1, vector=0, resident=False)
     b.collective(peer, "all_reduce", "tp", 1, vector=16)
     return b
@@ -126,11 +128,11 @@ def test_a_non_resident_op_starved_of_every_core_closes_the_cycle():
 def test_host_sync_orders_only_its_own_device():
     """Rank 0 syncs after its all_reduce before rank 1 issued its half (``run_ranks``
     threads): a host-global barrier would invent a deadlock here."""
-    b = Builder(devices=2)
-    s0, s1 = b.stream(0), b.stream(1)
+    b = Build(devices=2)
+    s0, s1 = b.stream(device=0), b.stream(device=1)
     b.collective(s0, "all_reduce", "tp", 1, vector=16)
-    b.sync(0)
-    b.kernel(s0, "add", vector=48)
+    b.sync(device=0)
+    b.kernel(s0, op="add", vector=48)
     b.collective(s1, "all_reduce", "tp", 1, vector=16)
     assert deadlock.find(b.trace) == []
 
@@ -146,14 +148,14 @@ def test_budget_exhausted_reports_nothing_but_logs(caplog):
 
 def test_uncontended_pipeline_needs_no_branching():
     """Safe steps only: the reduction turns a whole clean run into one state."""
-    b = Builder(devices=2)
+    b = Build(devices=2)
     for device in range(2):
-        main, comm = b.stream(device), b.stream(device)
+        main, comm = b.stream(device=device), b.stream(device=device)
         for layer in range(20):
-            b.kernel(main, "matmul", cube=24, vector=48)
-            b.order(main, comm)
+            b.kernel(main, op="matmul", cube=24, vector=48)
+            b.wait_stream(comm, main)
             b.collective(comm, "all_reduce", "tp", layer, vector=16)
-            b.kernel(main, "nonzero", vector=32, resident=True)
+            b.kernel(main, op="nonzero", vector=32, resident=True)
     assert deadlock.explore(b.trace).states == 1
     assert deadlock.find(b.trace) == []
 
@@ -161,19 +163,20 @@ def test_uncontended_pipeline_needs_no_branching():
 def test_spmd_ranks_are_interchangeable_unless_an_event_links_one_to_another():
     b = seed()
     assert len(deadlock.Search(taskgraph.build(b.trace)).orbits) == 1
-    b.order(0, 3)  # npu:1's hccl stream waits for an event recorded on npu:0
+    streams = list(b.trace.streams)
+    b.wait_stream(streams[3], streams[0])  # npu:1's hccl stream waits for an event recorded on npu:0
     assert deadlock.Search(taskgraph.build(b.trace)).orbits == []
 
 
 def test_spmd_report_summarises_queued_streams_and_gives_one_fix_per_call_site():
-    b = Builder(devices=3)
+    b = Build(devices=3)
     for device in range(3):
-        rs, ep, nz, compute = (b.stream(device, name) for name in ("hccl", "moe", "nz", "compute"))
+        rs, ep, nz, compute = (b.stream(name, device) for name in ("hccl", "moe", "nz", "compute"))
         b.collective(rs, "reduce_scatter", "tp", 0, vector=16)
         b.collective(ep, "dispatch_combine", "ep", 0, vector=24)
-        b.kernel(nz, "nonzero", vector=48, resident=True, line=50)  # one line run by every rank
-        b.order(rs, compute)
-        b.kernel(compute, "matmul", cube=24)
+        b.kernel(nz, op="nonzero", vector=48, resident=True, line=50)  # one line run by every rank
+        b.wait_stream(compute, rs)
+        b.kernel(compute, op="matmul", cube=24)
     (hazard,) = deadlocks(b.trace)
     assert "more streams blocked behind them: " in hazard.message
     assert "npu:0/compute" in hazard.message.split("blocked behind them: ")[1]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pytest_npugraph import trace as T
 from pytest_npugraph.analysis import deadlock, taskgraph
 
-from .build import Builder
+from analysis.tracebuild import Build
 from .oracle import Oracle
 
 MAX_TASKS = 7
@@ -30,13 +30,13 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
     (interchangeable devices, which the search folds together)."""
     devices, spmd = draw(st.integers(2, 3)), draw(st.booleans())
     shared = (draw(st.integers(0, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4)))
-    b = Builder(devices=0)
+    b = Build(devices=0)
     streams = []
     for device in range(devices):
         cube, vector, count = shared if spmd else (
             draw(st.integers(0, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4)))
         b.marker(T.DeviceCores, device=device, cube=cube, vector=vector)
-        streams.append([b.stream(device) for _ in range(count)])
+        streams.append([b.stream(device=device) for _ in range(count)])
     programs: list = [[] for _ in range(devices)]   # per device: calls, in its issue order
     seqs: Counter = Counter()
 
@@ -74,18 +74,18 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
                 index, at = draw(st.integers(0, 3)), draw(st.integers(0, max_tasks))
             sid = streams[rank][index % len(streams[rank])]
             if what == "kernel":
-                call = lambda sid=sid: b.kernel(sid, "op", **profile)  # noqa: E731
+                call = lambda sid=sid: b.kernel(sid, op="op", **profile)  # noqa: E731
             elif what == "collective":
                 call = collective(sid, group, op, profile)
             elif what == "event":  # a wait on another stream, rarely on another device
                 other = streams[rank] if spmd or draw(st.integers(0, 3)) else streams[one]
                 then = other[(index + 1 if spmd else draw(st.integers(0, 3))) % len(other)]
                 call = lambda first=sid, then=then, eid=b.event(): (  # noqa: E731
-                    b.record(first, eid), b.wait(then, eid))
+                    b.record(eid, first), b.wait(eid, then))
             elif what == "limit":
                 call = lambda sid=sid: b.limit(sid, *values)  # noqa: E731
             else:
-                call = lambda rank=rank: b.sync(rank)  # noqa: E731
+                call = lambda rank=rank: b.sync(device=rank)  # noqa: E731
             programs[rank].insert(min(at, len(programs[rank])), call)
     while any(programs):  # host order: the devices' calls interleaved
         device = draw(st.sampled_from([d for d, p in enumerate(programs) if p]))

@@ -1,9 +1,12 @@
-"""Single-device oracle for host/device races: random programs with non_blocking device-to-host
-copies, host reads of their destinations and host syncs, against brute force over schedules.
+"""Single-device oracle for host/device races: random programs with non_blocking copies both ways,
+host reads of their destinations, host writes of their sources and host syncs, against brute force
+over schedules.
 
 Each program is a few lines of real user code on two streams: device work, ``non_blocking`` copies
-to the host, host reads of a copy's destination, ``wait_stream``, stream/device synchronize, an event
-recorded then synchronized, and a blocking ``.item()``.  The emulator runs it and host_races.py reads
+to the host (into a new tensor, or into one the user made: ``z.copy_(A, non_blocking=True)``), host
+reads of a copy's destination, ``non_blocking`` uploads from a host buffer and host writes of that
+buffer, ``wait_stream``, stream/device synchronize, an event recorded then synchronized, and a
+blocking ``.item()``.  The emulator runs it and host_races.py reads
 its trace; independently the model builds a trace of its own (tests/analysis/tracebuild.py) and asks
 the brute-force schedule explorer of tests/analysis/test_oracle.py whether some schedule lets the
 host read run before the copy.  The two must name the same (copy line, read line) pairs: a missed race
@@ -27,21 +30,31 @@ from pytest_npugraph.analysis import host_races
 EXAMPLES = int(os.environ.get("NPUGRAPH_HOST_EXAMPLES", "150"))
 STREAMS = ("main", "s1")
 KINDS = ["work", "work", "copy", "copy", "copy", "read", "read", "read", "read", "read", "wait", "sync-stream",
-         "sync-device", "event", "item"]
+         "sync-device", "event", "item", "upload", "upload", "write", "write", "write"]
 
 
 @st.composite
 def programs(draw) -> list:
-    """[(stream, statement, kind, copy index)]."""
-    lines, copies = [], 0
+    """[(stream, statement, kind, copy or upload index)]."""
+    lines, copies, uploads = [], 0, 0
     for _ in range(draw(st.integers(2, 10))):
         kind = draw(st.sampled_from(KINDS))
         s = draw(st.sampled_from(STREAMS))
         if kind == "work":
             lines.append((s, "A.add_(1)", kind, None))
         elif kind == "copy":
-            lines.append((s, f"z{copies} = A.to('cpu', non_blocking=True)", kind, copies))
+            if draw(st.booleans()):
+                lines.append((s, f"z{copies} = A.to('cpu', non_blocking=True)", kind, copies))
+            else:
+                lines.append((s, f"z{copies} = torch.empty(4, 8); z{copies}.copy_(A, non_blocking=True)", kind, copies))
             copies += 1
+        elif kind == "upload":
+            lines.append((s, f"h{uploads} = torch.ones(4, 8); u{uploads} = h{uploads}.to('npu', non_blocking=True)",
+                          kind, uploads))
+            uploads += 1
+        elif kind == "write" and uploads:
+            i = draw(st.integers(0, uploads - 1))
+            lines.append((s, f"h{i}[1:3].fill_(2.0)", kind, i))
         elif kind == "read" and copies:
             i = draw(st.integers(0, copies - 1))
             lines.append((s, f"outs.append(z{i}.sum())", kind, i))
@@ -66,14 +79,19 @@ def source(program) -> str:
 def expected(program) -> set:
     """``{(copy line, read line)}``: some schedule runs the host read before the copy."""
     b = Build(*STREAMS)
-    copies, reads = {}, []       # copy index -> (seq, line); [(seq, copy index, line)]
+    copies, uploads, uses = {}, {}, []   # index -> (seq, line); [(access seq, (copy seq, copy line), line)]
     for line, (s, _, kind, i) in enumerate(program, 1):
         if kind == "work":
             b.kernel(s)
         elif kind == "copy":
             copies[i] = (b.kernel(s), line)
+        elif kind == "upload":
+            uploads[i] = (b.kernel(s), line)
         elif kind == "read":
-            reads.append((b.marker(T.HostAccess, copy=copies[i][0], access="read", op="sum()"), i, line))
+            uses.append((b.marker(T.HostAccess, copy=copies[i][0], access="read", op="sum()"), copies[i], line))
+        elif kind == "write":
+            uses.append((b.marker(T.HostAccess, copy=uploads[i][0], access="write", op="fill_()", role="source"),
+                         uploads[i], line))
         elif kind == "wait":
             b.wait_stream(s, STREAMS[1 - STREAMS.index(s)])
         elif kind == "sync-stream":
@@ -87,7 +105,7 @@ def expected(program) -> set:
             b.kernel(s)
             b.sync("read", stream=s)
     sched = Schedules(b.trace)
-    return {(copies[i][1], line) for seq, i, line in reads if sched.unordered(copies[i][0], seq)}
+    return {(copy_line, line) for seq, (copy, copy_line), line in uses if sched.unordered(copy, seq)}
 
 
 def found(trace: T.Trace, start: int) -> set:

@@ -188,3 +188,17 @@ def test_the_upload_reads_the_source_when_its_task_runs(npugraph):
         gate.record(torch.npu.current_stream())
         slow.synchronize()
     assert dev.cpu().tolist() == [3.0] * 4               # what the device really got
+
+
+@pytest.mark.parametrize("poll", ["event", "stream"])
+def test_a_read_after_query_says_done_stays_silent(npugraph, poll):
+    """``query()`` returning True tells the host the work is done, as a synchronize does."""
+    y = torch.arange(4.0, device="npu") * 2
+    out = torch.empty(4)
+    out.copy_(y, non_blocking=True)
+    done = torch.npu.Event()
+    done.record()
+    while not (done.query() if poll == "event" else torch.npu.current_stream().query()):
+        pass
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    npugraph.assert_clean()

@@ -28,13 +28,29 @@ Model (CSAN's, §1.4/1.5 of the anchors, made exact for host issue order)
   on each such B at the ``Free`` have completed (torch_npu_api.md §5), so the host learns
   B's clock as of that free.
 
+Why ``taskgraph`` is a second model (and where the two differ)
+------------------------------------------------------------
+This one answers "ordered(a, b)?" for any pair in O(1) after one pass; the memory analyses (races,
+missing ``record_stream``, host races, replay overwrites, reinplace, SuperKernel) need only that.
+``taskgraph`` builds the explicit per-stream task queues and dependency edges that the deadlock
+search executes with core occupancy, which clocks cannot express.  They agree on stream order and
+events.  They differ on purpose on two points: (1) a ``HostSync`` here advances one host clock for
+every later task (a test drives its devices from one host thread, so tasks issued after a sync
+follow it whatever their device), while ``taskgraph`` confines a sync to the synced device because
+under ``run_ranks`` each device has its own host thread and the deadlock search must not order one
+rank after another's sync; memory is per device, so the races never compare the tasks of two
+devices and the wider host order here cannot hide one.  (2) ``taskgraph`` joins the members of a
+collective (all complete together), which only matters across devices.  The oracles check each
+against brute force: tests/analysis/test_oracle.py and tests/analysis_cores/test_oracle.py.
+
 Storage: the clock of a stream only changes at waits and host merges, so consecutive tasks
 share one tuple; a record keeps a reference to the clock it ran with (the host clock for
 host records) and its own stream's entry is implicit (its own ``seq``).
 """
 from __future__ import annotations
 
-from ..trace import Alloc, EventRecord, EventWait, Free, HostSync, Kernel, RecordStream
+from ..trace import Alloc, EventRecord, EventWait, Free, HostSync, Kernel
+from . import memory
 
 TASKS = (Kernel, EventRecord, EventWait)
 NOTHING = -1
@@ -57,9 +73,10 @@ class HappensBefore:
       copy.  For a host record it is the host clock after the record.
     """
 
-    def __init__(self, trace) -> None:
+    def __init__(self, trace, facts: memory.MemoryFacts | None = None) -> None:
         self.trace = trace
         self.records = trace.records
+        self.memory = facts if facts is not None else memory.compute(trace)   # frees, record_stream, reuse
         self.sids: list = list(trace.streams)
         self.index: dict = {sid: i for i, sid in enumerate(self.sids)}
         self.clocks: list = [None] * len(self.records)
@@ -103,7 +120,7 @@ class HappensBefore:
         seen = [0] * n              # host_version each stream last merged
         last = [NOTHING] * n        # seq of each stream's latest task
         events: dict = {}           # eid -> clock of its latest record
-        recorded: dict = {}         # bid -> sids given to record_stream before the free
+        recorded_at_free = self.memory.recorded_at_free
         covers: dict = {}           # freed bid -> clock the allocator waits for before reuse
         device_of = {i: self.trace.streams[sid].device for i, sid in enumerate(self.sids)}
         index, clocks = self.index, self.clocks
@@ -158,12 +175,10 @@ class HappensBefore:
             learned = None
             if cls is HostSync:
                 learned = self._sync_clock(rec, index, device_of, events, completed)
-            elif cls is RecordStream:
-                recorded.setdefault(rec.block, set()).add(rec.stream)
             elif cls is Free:
                 info = self.trace.blocks.get(rec.block)
                 owner = info.stream if info is not None else None
-                streams = [index[sid] for sid in recorded.pop(rec.block, ()) if sid in index and sid != owner]
+                streams = [index[sid] for sid in recorded_at_free(rec.block) if sid in index and sid != owner]
                 if streams:
                     covers[rec.block] = _fold(completed(i) for i in streams)
             elif cls is Alloc and rec.reuses is not None:

@@ -37,7 +37,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import Free, Kernel, RecordStream, Reinplace, Span
+from ..trace import Kernel, Reinplace, Span
 from . import describe, happens_before
 
 
@@ -195,8 +195,8 @@ def _scan(trace, hb) -> list:
     reinplaced_ops = reinplaced(trace)
     cover, covers = shadow.cover, shadow.covers
     index, clocks, blocks = hb.index, hb.clocks, trace.blocks
-    freed: dict = {}     # bid -> Free
-    recorded: dict = {}  # bid -> sids given to record_stream before the free
+    facts = hb.memory
+    freed, recorded = facts.free, facts.recorded
     found: dict = {}
     ge = {sid for sid in trace.streams if describe.ge_stream(trace, sid)}
     ge_planned = ge.__contains__
@@ -206,7 +206,7 @@ def _scan(trace, hb) -> list:
         if (aspan.dims or span.dims) and not aspan.overlaps(span):
             return      # strided views whose bounding ranges meet but whose elements do not
         old, kind, free = aspan.block, "race", None
-        if old != span.block and old in freed:
+        if old != span.block and facts.freed_before(old, pos):
             free = freed[old]
             info = blocks.get(old)
             if ge_planned(a.stream):
@@ -261,10 +261,6 @@ def _scan(trace, hb) -> list:
                     if not checked:
                         against(seg.writes, c, s, rec, span, True, False)
                     note(seg.reads, s, span, entry)
-        elif cls is Free:
-            freed[rec.block] = rec
-        elif cls is RecordStream and rec.block not in freed:
-            recorded.setdefault(rec.block, set()).add(rec.stream)
     return list(found.values())
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import Alloc, Free, Kernel, RecordStream
+from ..trace import Alloc, Free, Kernel
 from . import describe, happens_before, races
 
 KIND = "missing-record-stream"
@@ -70,7 +70,7 @@ def _scan(trace, hb):
     alloc_stream = {bid: info.stream for bid, info in trace.blocks.items()
                     if info.pool is None and info.stream not in ge}
     uses: dict = {}         # bid -> {sid: last Kernel using it there}, other streams only
-    recorded: dict = {}     # bid -> sids given to record_stream
+    recorded_at_free = hb.memory.recorded_at_free
     pending: dict = {}      # sid A -> [(X, B, use, Free)] waiting for A's next kernel
     new_block: dict = {}    # X -> bid of the block that reused its address
     watch: set = set()      # reusing blocks whose first write is not seen yet
@@ -99,11 +99,9 @@ def _scan(trace, hb):
                 for x, b, use, free in todo:
                     if (x, b) not in found and not hb.ordered(use.seq, rec.seq):
                         found[(x, b)] = Finding(x, use, free, rec, new_block.get(x))
-        elif cls is RecordStream:
-            recorded.setdefault(rec.block, set()).add(rec.stream)
         elif cls is Free:
             per = uses.pop(rec.block, None)
-            covered = recorded.pop(rec.block, ())
+            covered = recorded_at_free(rec.block)
             if per:
                 todo = pending.setdefault(alloc_stream[rec.block], [])
                 todo.extend((rec.block, b, use, rec) for b, use in per.items() if b not in covered)

@@ -28,6 +28,9 @@ Ordering model (what "happens before" means here)
   each stream of that device waits for the synced work.
 * A collective completes only when every member has arrived, so whatever follows a member
   on its stream happens after every member (and everything before them).
+
+The memory analyses use ``happens_before``'s vector clocks instead; its docstring says why two
+models exist and where they differ (host syncs per device here, collectives joined here).
 """
 from __future__ import annotations
 
