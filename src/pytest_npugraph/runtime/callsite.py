@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-import weakref
 
 from .._context import CONTEXT
 from ..trace import UNKNOWN_SITE, Site
@@ -34,9 +33,11 @@ def _excluded_prefixes() -> tuple:
 
 
 _EXCLUDED = None
-# code object -> path to show (relative to pytest's rootdir), or None.  Weak: Dynamo's transformed code
-# objects must die with its caches (their death deletes the ``__compiled_fn_*`` globals they installed)
-_verdict: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# file name -> path to show (relative to pytest's rootdir), or None.  By name, not code object: the
+# verdict depends on the file only, and holding no code object lets Dynamo's transformed code die with
+# its caches (their death deletes the ``__compiled_fn_*`` globals they installed).  Generated code
+# ("<eval_with_key>.N", one name per FX module) is judged each time instead of filling the table.
+_verdict: dict = {}
 
 
 def _display(filename: str):
@@ -56,7 +57,7 @@ def _display(filename: str):
 
 
 def user_site(depth: int = 2) -> Site:
-    """The innermost user frame above the caller (cached per code object: cheap on hot paths)."""
+    """The innermost user frame above the caller (verdicts cached per file: cheap on hot paths)."""
     try:
         frame = sys._getframe(depth + 1)
     except ValueError:      # called near the bottom of the stack (a script's top level): no user frame above
@@ -94,10 +95,12 @@ _EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
 def _first_user(frame) -> Site:
     while frame is not None:
         code = frame.f_code
-        shown = _verdict.get(code, False)
+        filename = code.co_filename
+        shown = _verdict.get(filename, False)
         if shown is False:
-            shown = _display(code.co_filename)
-            _verdict[code] = shown
+            shown = _display(filename)
+            if filename[:1] != "<":
+                _verdict[filename] = shown
         if shown is not None:
             return Site(shown, frame.f_lineno, code.co_name)
         frame = frame.f_back

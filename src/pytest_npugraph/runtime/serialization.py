@@ -20,7 +20,7 @@ from .runtime import current
 # the payload storage of a saved/loaded NPU tensor carries its device here (storages keep their
 # Python object, so every view and the serializer's location tagger see the same attribute)
 _DEVICE_ATTR = "_npugraph_npu_device"
-_INTERNAL = ("_payload", "_block", "_graph_call")
+_INTERNAL = ("_payload", "_block", "_graph_call", "_span_memo")
 _LOCATION = re.compile(r"^npu(:(\d+))?$")
 _installed = False
 

@@ -91,6 +91,7 @@ class NpuTensor(torch.Tensor):
         wrapper's metadata; the values are the payload's, so take ``other``'s payload and block too."""
         super().__setattr__(name, value)
         if name == "data" and isinstance(value, NpuTensor):
+            self.__dict__.pop("_span_memo", None)
             object.__setattr__(self, "_payload", value._payload)
             object.__setattr__(self, "_block", value._block)
             object.__setattr__(self, "_graph_call", value._graph_call)
@@ -199,13 +200,24 @@ def _dense_only(payload) -> None:
 
 def span(t: NpuTensor):
     """The simulated bytes ``t`` covers (its elements, for a strided view), or None for an empty or
-    block-less tensor."""
+    block-less tensor.  Kept on the tensor: its payload's layout changes only through ``t.data = ...``
+    (``NpuTensor.__setattr__`` forgets it)."""
+    memo = t.__dict__.get("_span_memo", _NO_SPAN)
+    if memo is not _NO_SPAN:
+        return memo
     block = t._block
-    if block is None or t._payload.numel() == 0:
-        return None
     p = t._payload
-    size = p.element_size()
-    return T.Span.of_view(block.device, block.bid, block.lo + p.storage_offset() * size, size, p.shape, p.stride())
+    if block is None or p.numel() == 0:
+        memo = None
+    else:
+        size = p.element_size()
+        memo = T.Span.of_view(block.device, block.bid, block.lo + p.storage_offset() * size, size, p.shape,
+                              p.stride())
+    t.__dict__["_span_memo"] = memo
+    return memo
+
+
+_NO_SPAN = object()
 
 
 # -------------------------------------------------------------------- dispatch
