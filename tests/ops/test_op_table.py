@@ -62,6 +62,8 @@ def test_generated_module_is_up_to_date_with_the_generator():
 def test_family_specs_use_the_real_schemas():
     real = {s[:s.index("(")]: s for s in _generated.SCHEMAS}
     for spec in registry.specs():
+        if spec.namespace != "npu":
+            continue    # torch_npu's ATB ops (torch.ops.atb) are not in the npu op yaml: test_paged_cache.py
         assert spec.name in real, f"{spec.name} is not a torch_npu 2.14.0 op"
         assert torch._C.parse_schema("npu::" + spec.schema) == torch._C.parse_schema("npu::" + real[spec.name])
 

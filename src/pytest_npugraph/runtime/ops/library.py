@@ -30,7 +30,17 @@ from ..._context import CONTEXT
 
 NAMESPACE = "npu"
 _library: Optional[torch.library.Library] = None
+_libraries: dict = {}  # namespace -> torch.library.Library ("npu": _library; "atb": torch_npu's ATB ops)
 SPECS: dict = {}      # name -> OpSpec registered in this process
+
+
+def _library_of(spec) -> torch.library.Library:
+    namespace = getattr(spec, "namespace", NAMESPACE)
+    if namespace == NAMESPACE:
+        return _library
+    if namespace not in _libraries:
+        _libraries[namespace] = torch.library.Library(namespace, "DEF")
+    return _libraries[namespace]
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,8 @@ def _functionalize_kernel(mutable, functional):
 
 def _overload(qualified: str):
     base, _, overload = qualified.partition(".")
-    return getattr(getattr(torch.ops, NAMESPACE), base).__getattr__(overload or "default")
+    namespace = SPECS[qualified].namespace if qualified in SPECS else NAMESPACE
+    return getattr(getattr(torch.ops, namespace), base).__getattr__(overload or "default")
 
 
 def _add_functionalization(qualified: str) -> None:
@@ -159,17 +170,18 @@ def _define(spec) -> None:
     qualified = spec.schema.split("(", 1)[0]          # "npu_grouped_matmul.List"
     if qualified in SPECS:
         return
-    _library.define(spec.schema, tags=_tags(qualified))
+    library = _library_of(spec)
+    library.define(spec.schema, tags=_tags(qualified))
     if spec.impl is not None:
-        _library.impl(qualified, spec.impl, "CPU")
-        _library.impl(qualified, spec.meta or _meta_kernel(spec.impl), "Meta")
+        library.impl(qualified, spec.impl, "CPU")
+        library.impl(qualified, spec.meta or _meta_kernel(spec.impl), "Meta")
     else:
-        _library.impl(qualified, _missing_kernel(spec), "CPU")
+        library.impl(qualified, _missing_kernel(spec), "CPU")
         meta = spec.meta or _schema_meta_kernel(spec)
-        _library.impl(qualified, meta, "Meta")
+        library.impl(qualified, meta, "Meta")
         # FakeTensorMode turns a Meta kernel's NotImplementedError into "Operator does not support
         # running with fake tensors"; a fake impl's error reaches the user as it is.
-        torch.library.register_fake(f"{NAMESPACE}::{qualified}", meta, lib=_library)
+        torch.library.register_fake(f"{spec.namespace}::{qualified}", meta, lib=library)
     SPECS[qualified] = spec
 
 
@@ -283,10 +295,12 @@ class _NpuNamespace(torch._ops._OpNamespace):
 
 
 def packet(name: str):
-    """``torch.ops.npu.<name>`` if torch_npu (or a user) has an op of that name, else None."""
+    """``torch.ops.npu.<name>`` (``torch.ops.atb.<name>`` for an ATB op) if torch_npu (or a user) has an
+    op of that name, else None."""
     if name in _PENDING:
         _define_base(name)
-    return getattr(getattr(torch.ops, NAMESPACE), name, None)
+    spec = SPECS.get(name)
+    return getattr(getattr(torch.ops, spec.namespace if spec is not None else NAMESPACE), name, None)
 
 
 def define_all() -> None:

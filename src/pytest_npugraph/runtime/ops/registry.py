@@ -23,9 +23,9 @@ _NOT_FAMILIES = {"spec", "registry", "library", "aten"}
 _specs: Optional[List[OpSpec]] = None
 _table: Optional[Dict[str, OpSpec]] = None
 
-# ATB ops (torch.ops.atb, outside this table) that a captured graph may update as well:
-# torch_npu's npugraph handlers patch their context_lens argument.
-_ATB_GRAPH_UPDATABLE = ("_npu_paged_attention", "npu_multi_head_latent_attention")
+# ATB ops without a spec here that a captured graph may update as well: torch_npu's npugraph handlers
+# patch their context_lens argument (``_npu_paged_attention``'s spec in paged.py says so itself).
+_ATB_GRAPH_UPDATABLE = ("npu_multi_head_latent_attention",)
 
 
 def family_modules() -> list:

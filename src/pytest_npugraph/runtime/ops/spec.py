@@ -76,6 +76,7 @@ class OpSpec:
     ``(in-place op name, mutated argument indices)``.
     ``graph_updatable``: captured ``torch.npu.graph(auto_dispatch_capture=True)`` may update it.
     ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks``.
+    ``namespace``: ``torch.ops.<namespace>``; ``"atb"`` for torch_npu's ATB ops (``torch_npu._npu_*``).
     """
 
     schema: str
@@ -85,6 +86,7 @@ class OpSpec:
     reinplace: Optional[Tuple[str, Tuple[int, ...]]] = None
     graph_updatable: bool = False
     mc2: Optional[Callable] = None
+    namespace: str = "npu"
 
     @property
     def name(self) -> str:

@@ -1,0 +1,107 @@
+"""Paged KV cache (ATB ops, ``torch.ops.atb``): ``_npu_reshape_and_cache`` writes new key/value rows
+into block caches, ``_npu_paged_attention`` decodes against them.
+
+Why: vLLM-Ascend's decode path calls ``torch_npu._npu_reshape_and_cache(key, value, key_cache,
+value_cache, slot_indices)`` then ``torch_npu._npu_paged_attention(query, key_cache, value_cache,
+num_kv_heads, num_heads, scale_value, block_table, context_lens, out=out)`` every step.
+
+Layouts (ND, as vLLM-Ascend allocates them): caches ``[num_blocks, block_size, num_kv_heads, head_size]``;
+``slot_indices[i] = block * block_size + offset`` is where row ``i`` goes (negative: a padding token,
+skipped); ``block_table[b]`` lists sequence ``b``'s blocks, ``context_lens[b]`` (a host tensor in
+vLLM-Ascend) its length (0: a padding request, whose output is zeros here).  Grouped-query attention: query head ``h`` reads kv head
+``h // (num_heads // num_kv_heads)``.  Duplicate slots: the last row wins (the device leaves it
+undefined).
+"""
+from __future__ import annotations
+
+import torch
+
+from ._common import _check
+from .spec import OpSpec, cores
+
+_INT_INDICES = (torch.int32, torch.int64)
+
+
+def _write_rows(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, op: str, what: str) -> None:
+    _check(rows.dim() == 3, lambda: f"{op}: {what} must be 3-dimensional [num_tokens, num_heads, head_size], "
+                                    f"but got {rows.dim()} dims")
+    _check(cache.dim() == 4, lambda: f"{op}: {what}_cache must be 4-dimensional [num_blocks, block_size, num_heads, "
+                                     f"head_size], but got {cache.dim()} dims")
+    _check(tuple(rows.shape[1:]) == tuple(cache.shape[2:]),
+           lambda: f"{op}: {what} rows {list(rows.shape[1:])} do not match {what}_cache's [num_heads, head_size] "
+                   f"{list(cache.shape[2:])}")
+    _check(rows.dtype == cache.dtype, lambda: f"{op}: {what} dtype {rows.dtype} must match {what}_cache dtype "
+                                              f"{cache.dtype}")
+    _check(slots.dtype in _INT_INDICES, lambda: f"{op}: slot_indices must be int32, but got {slots.dtype}")
+    _check(slots.dim() == 1 and slots.numel() == rows.size(0),
+           lambda: f"{op}: slot_indices must have shape [{rows.size(0)}] (one slot per token), but got "
+                   f"{list(slots.shape)}")
+    capacity = cache.size(0) * cache.size(1)
+    flat = cache.view(capacity, *cache.shape[2:])
+    for i, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        _check(slot < capacity, lambda: f"{op}: slot_indices[{i}] = {slot} is out of range for a cache of "
+                                        f"{cache.size(0)} blocks x {cache.size(1)} slots")
+        flat[slot] = rows[i]
+
+
+def _npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices):
+    op = "_npu_reshape_and_cache"
+    _write_rows(key, key_cache, slot_indices, op, "key")
+    _write_rows(value, value_cache, slot_indices, op, "value")
+
+
+def _npu_reshape_and_cache_siso(key, key_cache, slot_indices):
+    _write_rows(key, key_cache, slot_indices, "_npu_reshape_and_cache_siso", "key")
+
+
+def _npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads, scale_value, block_table,
+                         context_lens, out, workspace=None):
+    op = "_npu_paged_attention"
+    _check(query.dim() == 3 and query.size(1) == num_heads,
+           lambda: f"{op}: query must be [batch, num_heads={num_heads}, head_size], but got {list(query.shape)}")
+    _check(num_kv_heads > 0 and num_heads % num_kv_heads == 0,
+           lambda: f"{op}: num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        _check(cache.dim() == 4 and cache.size(2) == num_kv_heads,
+               lambda: f"{op}: {name} must be [num_blocks, block_size, num_kv_heads={num_kv_heads}, head_size], "
+                       f"but got {list(cache.shape)}")
+    _check(key_cache.size(-1) == query.size(-1),
+           lambda: f"{op}: key_cache head_size {key_cache.size(-1)} must match query head_size {query.size(-1)}")
+    batch, block_size = query.size(0), key_cache.size(1)
+    _check(block_table.dtype in _INT_INDICES and block_table.dim() == 2 and block_table.size(0) == batch,
+           lambda: f"{op}: block_table must be int32 [batch={batch}, max_blocks], but got {block_table.dtype} "
+                   f"{list(block_table.shape)}")
+    _check(context_lens.numel() == batch, lambda: f"{op}: context_lens must hold {batch} lengths, but got "
+                                                  f"{context_lens.numel()}")
+    expected = (batch, num_heads, value_cache.size(-1))
+    _check(tuple(out.shape) == expected, lambda: f"{op}: out must have shape {list(expected)}, but got "
+                                                 f"{list(out.shape)}")
+    group = num_heads // num_kv_heads
+    for b, length in enumerate(context_lens.reshape(-1).tolist()):
+        _check(0 <= length <= block_table.size(1) * block_size,
+               lambda: f"{op}: context_lens[{b}] = {length} must be in [0, {block_table.size(1) * block_size}] "
+                       f"(max_blocks x block_size)")
+        if length == 0:             # a padding request (graph-mode batches are padded): nothing to attend
+            out[b] = 0
+            continue
+        pos = torch.arange(length)
+        blocks = block_table[b].to(torch.int64)[pos // block_size]
+        keys = key_cache[blocks, pos % block_size].float().repeat_interleave(group, dim=1)      # [L, H, D]
+        values = value_cache[blocks, pos % block_size].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,lhd->hl", query[b].float(), keys) * scale_value
+        out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), values).to(out.dtype)
+
+
+SPECS = [
+    OpSpec("_npu_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
+           "Tensor slot_indices) -> ()", _npu_reshape_and_cache, cores("ATB", vector="all"), namespace="atb",
+           meta=lambda *args: None),
+    OpSpec("_npu_reshape_and_cache_siso(Tensor key, Tensor(a!) key_cache, Tensor slot_indices) -> ()",
+           _npu_reshape_and_cache_siso, cores("ATB", vector="all"), namespace="atb", meta=lambda *args: None),
+    OpSpec("_npu_paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, "
+           "float scale_value, Tensor block_table, Tensor context_lens, Tensor(a!) out, Tensor? workspace=None) -> ()",
+           _npu_paged_attention, cores("ATB", cube="all", vector="all"), namespace="atb", graph_updatable=True,
+           meta=lambda *args, **kwargs: None),
+]
