@@ -153,16 +153,54 @@ def _overload(qualified: str):
     return getattr(getattr(torch.ops, namespace), base).__getattr__(overload or "default")
 
 
+def _returns_self_kernel(mutable, out_of_place):
+    """The Functionalize kernel of an in-place op ``x_(self, ...) -> Tensor(a!)`` (or ``-> ()``) whose
+    out-of-place twin ``x(self, ...) -> Tensor`` returns the new ``self`` (``scatter_update_`` /
+    ``scatter_update``): the twin computes, ``self`` takes its value."""
+    n_returns = len(mutable._schema.returns)
+
+    def functional(*args, **kwargs):
+        new = out_of_place(*args, **kwargs)
+        return (new, new) if n_returns else new
+    return _functionalize_kernel(mutable, functional)
+
+
+def _in_place_twin(qualified: str):
+    """``x`` for an in-place op ``x_`` of torch_npu's table whose only write is its first argument and
+    whose result (if any) is that argument; else None."""
+    from . import _generated
+
+    base, dot, overload = qualified.partition(".")
+    twin = next((f for f, i in _generated.INPLACE_VARIANTS.items() if i == base), None)
+    if twin is None or twin + dot + overload not in SPECS:
+        return None
+    schema = _overload(qualified)._schema
+    written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    returns = schema.returns
+    if written != [0] or len(returns) > 1 or (returns and (returns[0].alias_info is None
+                                                           or not returns[0].alias_info.is_write)):
+        return None
+    return twin + dot + overload
+
+
 def _add_functionalization(qualified: str) -> None:
-    """Pair ``qualified`` (mutable) with ``<base>_functional[.overload]`` if both are registered."""
+    """Pair ``qualified`` (mutable) with ``<base>_functional[.overload]``, or with its out-of-place twin
+    (``x_`` with ``x``), if both are registered."""
+    if qualified in _FUNCTIONALIZED or qualified not in SPECS:
+        return
     base, dot, overload = qualified.partition(".")
     partner = base + FUNCTIONAL_SUFFIX + dot + overload
-    if partner not in SPECS or qualified in _FUNCTIONALIZED:
-        return
     mutable = _overload(qualified)
     if not mutable._schema.is_mutable:
         return
-    _library.impl(qualified, _functionalize_kernel(mutable, _overload(partner)), "Functionalize")
+    if partner in SPECS:
+        kernel = _functionalize_kernel(mutable, _overload(partner))
+    else:
+        twin = _in_place_twin(qualified)
+        if twin is None:
+            return
+        kernel = _returns_self_kernel(mutable, _overload(twin))
+    _library_of(SPECS[qualified]).impl(qualified, kernel, "Functionalize")
     _FUNCTIONALIZED.add(qualified)
 
 
@@ -272,14 +310,24 @@ def _define_base(base: str) -> None:
     specs = _PENDING.pop(base, None)
     if specs is None:
         return
+    from . import _generated
+
     for spec in specs:
         _define(spec)
     partner = base[:-len(FUNCTIONAL_SUFFIX)] if base.endswith(FUNCTIONAL_SUFFIX) else base + FUNCTIONAL_SUFFIX
     _define_base(partner)
+    in_place = _generated.INPLACE_VARIANTS.get(base)
+    if in_place is not None:                        # x: its in-place x_ pairs with it
+        _define_base(in_place)
+    for twin, inplace in _generated.INPLACE_VARIANTS.items():
+        if inplace == base:                         # x_: needs x to be functionalized
+            _define_base(twin)
     for spec in specs:
         _add_functionalization(spec.name)
         if spec.name.split(".", 1)[0].endswith(FUNCTIONAL_SUFFIX):
             _add_functionalization(spec.name.replace(FUNCTIONAL_SUFFIX, "", 1))
+        if in_place is not None:
+            _add_functionalization(in_place + spec.name[len(base):])
 
 
 class _NpuNamespace(torch._ops._OpNamespace):
