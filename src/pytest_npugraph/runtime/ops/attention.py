@@ -37,6 +37,47 @@ def npu_rotary_mul(self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotar
     return (r1.to(torch.float32) * x + r2.to(torch.float32) * x_new).to(self.dtype)
 
 
+def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
+    """``t`` summed over the dimensions a broadcast of ``shape`` expanded."""
+    lead = t.dim() - len(shape)
+    t = t.sum(dim=tuple(range(lead))) if lead > 0 else t
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and t.size(i) != 1)
+    return t.sum(dim=dims, keepdim=True) if dims else t
+
+
+def npu_rotary_mul_backward(grad: torch.Tensor, self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor,
+                            rotary_mode: str = "half"):
+    """Gradients of ``y = r1*x + r2*rotate(x)`` for x, r1 and r2 (r1/r2 summed back to their
+    broadcast shapes): ``dx = r1*g + rotate^T(r2*g)``, ``dr1 = g*x``, ``dr2 = g*rotate(x)``."""
+    if rotary_mode not in ("half", "interleave"):
+        raise RuntimeError(f"npu_rotary_mul_backward: rotary_mode only supports 'half' and 'interleave', but got "
+                           f"{rotary_mode!r}")
+    g, x = grad.to(torch.float32), self.to(torch.float32)
+    v = r2.to(torch.float32) * g
+    if rotary_mode == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        v1, v2 = v.chunk(2, dim=-1)
+        rotated, back = torch.cat((-x2, x1), dim=-1), torch.cat((v2, -v1), dim=-1)
+    else:
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+        back = torch.stack((v[..., 1::2], -v[..., 0::2]), dim=-1).flatten(-2)
+    dx = r1.to(torch.float32) * g + back
+    return (dx.to(self.dtype), _sum_to(g * x, r1.shape).to(r1.dtype), _sum_to(g * rotated, r2.shape).to(r2.dtype))
+
+
+def _rotary_mul_setup(ctx, inputs, output):
+    self, r1, r2, rotary_mode, rotate = inputs
+    ctx.save_for_backward(self, r1, r2)
+    ctx.rotary_mode, ctx.custom_rotate = rotary_mode, rotate is not None
+
+
+def _rotary_mul_grad(ctx, grad):
+    _check(not ctx.custom_rotate, lambda: "npu_rotary_mul: the backward of a custom rotate matrix is not emulated")
+    self, r1, r2 = ctx.saved_tensors
+    dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, self, r1, r2, ctx.rotary_mode)
+    return dx, dr1, dr2, None, None
+
+
 # ----------------------------------------------------------------------------- attention
 # input_layout -> (query/key layout, attention_out layout, query rank); facts of torch_npu's meta kernel.
 _FIA_LAYOUTS = {
@@ -528,7 +569,8 @@ SPECS = [
     # No math yet; facts of TorchAir and torch.npu.graph about them.
     OpSpec(generated("npu_fusion_attention_v3"), graph_updatable=True),
     OpSpec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
-           npu_rotary_mul, vector()),
+           npu_rotary_mul, vector(), autograd=(_rotary_mul_setup, _rotary_mul_grad)),
+    OpSpec(generated("npu_rotary_mul_backward"), npu_rotary_mul_backward, vector()),
     OpSpec("npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
            "Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
            "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, "

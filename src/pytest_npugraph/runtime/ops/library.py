@@ -220,6 +220,9 @@ def _define(spec) -> None:
         # FakeTensorMode turns a Meta kernel's NotImplementedError into "Operator does not support
         # running with fake tensors"; a fake impl's error reaches the user as it is.
         torch.library.register_fake(f"{spec.namespace}::{qualified}", meta, lib=library)
+    if spec.autograd is not None:
+        setup, backward = spec.autograd
+        torch.library.register_autograd(f"{spec.namespace}::{qualified}", backward, setup_context=setup, lib=library)
     SPECS[qualified] = spec
 
 

@@ -1,4 +1,5 @@
-"""Rotary position embedding: npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache(_v2).
+"""Rotary position embedding: npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache(_v2),
+npu_mrope (vLLM-Ascend's rotary embedding from a cos/sin cache, multimodal sections for Qwen2-VL).
 
 Who calls them: vLLM-Ascend's rotary embedding (``npu_apply_rotary_pos_emb(q, k, cos, sin, "TND")`` for
 head size 128), DeepSeek MLA paths (``npu_interleave_rope`` on the rope part of q/k, and
@@ -23,7 +24,7 @@ from typing import Optional
 import torch
 
 from ._common import _check, _unsupported
-from .spec import OpSpec, vector
+from .spec import OpSpec, generated, vector
 
 
 
@@ -238,9 +239,62 @@ _KVRC_KW = ("*, Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_ro
             "Tensor? c_kv_offset=None, Tensor? v=None, float epsilon=1e-5, str cache_mode='Norm', "
             "bool is_output_kv=False")
 
+
+# ------------------------------------------------------------------------------- npu_mrope
+def npu_mrope(positions, query, key, cos_sin_cache, head_size, *, mrope_section=None, rotary_mode="half",
+              cache_mode="default"):
+    """vLLM's (multimodal) rotary embedding from a cos/sin cache (aclnnRopeWithSinCosCache): each token's
+    ``cos_sin_cache[position]`` is ``cos`` then ``sin`` (``rotary_dim // 2`` each); 2-D ``positions``
+    ``[m, num_tokens]`` take frequency section ``i`` of ``mrope_section`` from row ``i`` (m = 3 or 4).
+    The first ``rotary_dim`` of each head rotate ("half": NeoX halves, "interleave": GPT-J pairs), the
+    rest pass through."""
+    op = "npu_mrope"
+    _check(rotary_mode in ("half", "interleave"), lambda: "rotary_mode only support half or interleave")
+    _check(cache_mode in ("default", "interleave"), lambda: "cache_mode only support default or interleave")
+    _check(positions.dim() in (1, 2), lambda: f"{op}: positions must be [num_tokens] or [m, num_tokens], but got "
+                                              f"{list(positions.shape)}")
+    _check(positions.dtype in (torch.int32, torch.int64),
+           lambda: f"{op}: positions must be int32 or int64, but got {positions.dtype}")
+    rotary_dim = cos_sin_cache.size(-1)
+    half = rotary_dim // 2
+    _check(rotary_dim % 2 == 0 and rotary_dim <= head_size,
+           lambda: f"{op}: cos_sin_cache's last dim ({rotary_dim}) must be even and at most head_size ({head_size})")
+    tokens = positions.size(-1)
+    for name, x in (("query", query), ("key", key)):
+        _check(x.size(0) == tokens and x.size(-1) % head_size == 0,
+               lambda: f"{op}: {name} must be [num_tokens={tokens}, num_heads * head_size={head_size}], but got "
+                       f"{list(x.shape)}")
+    cos, sin = cos_sin_cache.index_select(0, positions.reshape(-1).long()).float().chunk(2, dim=-1)
+    if positions.dim() == 2:
+        rows = positions.size(0)
+        _check(mrope_section is not None and len(mrope_section) == rows and rows in (3, 4)
+               and sum(mrope_section) == half,
+               lambda: f"{op}: 2-D positions need mrope_section with one entry per row (3 or 4) summing to "
+                       f"rotary_dim // 2 = {half}, but got {mrope_section}")
+        _check(cache_mode == "default", lambda: f"{op}: cache_mode='interleave' is not emulated")
+        cos, sin = (torch.cat([t.reshape(rows, tokens, half)[i, :, sum(mrope_section[:i]):sum(mrope_section[:i + 1])]
+                               for i in range(rows)], dim=-1) for t in (cos, sin))
+    cos, sin = cos[:, None, :], sin[:, None, :]
+
+    def rotate(x):
+        heads = x.reshape(tokens, -1, head_size).float()
+        rot, rest = heads[..., :rotary_dim], heads[..., rotary_dim:]
+        if rotary_mode == "half":
+            x1, x2 = rot[..., :half], rot[..., half:]
+            rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        else:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        return torch.cat((rot, rest), dim=-1).reshape(x.shape).to(x.dtype)
+
+    return rotate(query), rotate(key)
+
 SPECS = [
     OpSpec("npu_apply_rotary_pos_emb(Tensor query, Tensor key, Tensor cos, Tensor sin, str layout='BSND', "
            "str rotary_mode='half') -> (Tensor, Tensor)", npu_apply_rotary_pos_emb, vector(), meta=_apply_meta),
+    OpSpec(generated("npu_mrope"), npu_mrope, vector(),
+           meta=lambda positions, query, key, cos_sin_cache, head_size, **kw: (torch.empty_like(query),
+                                                                                 torch.empty_like(key))),
     OpSpec("npu_interleave_rope(Tensor x, Tensor cos, Tensor sin) -> Tensor", npu_interleave_rope, vector(),
            meta=lambda x, cos, sin: torch.empty_like(x)),
     OpSpec("npu_kv_rmsnorm_rope_cache(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, "

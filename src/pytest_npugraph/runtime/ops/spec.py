@@ -77,6 +77,8 @@ class OpSpec:
     ``graph_updatable``: captured ``torch.npu.graph(auto_dispatch_capture=True)`` may update it.
     ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks``.
     ``namespace``: ``torch.ops.<namespace>``; ``"atb"`` for torch_npu's ATB ops (``torch_npu._npu_*``).
+    ``autograd``: ``(setup_context, backward)`` for ``torch.library.register_autograd``, as torch_npu
+    registers the op's backward (``npu_rotary_mul`` -> ``npu_rotary_mul_backward``).
     """
 
     schema: str
@@ -87,6 +89,7 @@ class OpSpec:
     graph_updatable: bool = False
     mc2: Optional[Callable] = None
     namespace: str = "npu"
+    autograd: Optional[Tuple[Callable, Callable]] = None
 
     @property
     def name(self) -> str:
