@@ -253,3 +253,48 @@ def test_a_family_spec_is_all_it_takes_to_add_an_op(monkeypatch):
     assert registry.by_name()["npu_gelu"].cores["kind"] == "AIV"
     assert registry.table()["npu_gelu"].impl is extra.impl
     assert "npu_gelu" in registry.graph_updatable()
+
+
+NEW_OP = """
+import pytest, torch, torch_npu, torchair
+
+def scale(x, s):
+    return torch_npu.npu_my_scale(x, s) + 1
+
+def test_eager_values_and_profile(npugraph):
+    y = torch_npu.npu_my_scale(torch.ones(2, 4).npu(), 3.0)
+    assert y.cpu().tolist() == [[3.0] * 4] * 2
+    kernel = [r for r in npugraph.trace.records if type(r).__name__ == "Kernel" and "npu_my_scale" in r.op][-1]
+    assert kernel.cores.kind == "ATB" and kernel.cores.vector == 48
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead", "npugraph_ex"])
+def test_compiled_in_every_mode(npugraph, mode):
+    if mode == "npugraph_ex":
+        backend = "npugraph_ex"
+    else:
+        config = torchair.CompilerConfig()
+        config.mode = mode
+        backend = torchair.get_npu_backend(compiler_config=config)
+    f = torch.compile(scale, backend=backend, dynamic=False)
+    for _ in range(2):
+        assert f(torch.ones(2, 4).npu(), 2.0).cpu().tolist() == [[3.0] * 4] * 2
+
+def test_its_profile_drives_the_core_checks(npugraph):
+    s = torch.npu.current_stream()
+    with npugraph.expect("limit-ineffective", match="npu_my_scale"):
+        torch.npu.set_stream_limit(s, 8, 16)
+        torch_npu.npu_my_scale(torch.ones(2, 4).npu(), 3.0)
+"""
+
+
+def test_a_new_op_is_one_registration_in_conftest(pytester):
+    """Adding an op touches one place: its schema, math and core profile in the hook make it callable
+    eagerly, traced in every compile mode, and checked by the core rules through its profile."""
+    pytester.makeconftest("""
+        def pytest_npugraph_register_ops(registry):
+            registry.register("npu_my_scale", "npu_my_scale(Tensor self, float s) -> Tensor",
+                              lambda self, s: self * s, cores={"kind": "ATB", "vector": "all"})
+    """)
+    pytester.makepyfile(test_new_op=NEW_OP)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
