@@ -27,36 +27,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from analysis_cores.build import Builder, seed  # noqa: E402
+from analysis.tracebuild import Build  # noqa: E402
+from analysis_cores.scenarios import seed  # noqa: E402
 
 from pytest_npugraph.analysis import cores, deadlock  # noqa: E402
 from pytest_npugraph.trace import GroupCreated  # noqa: E402
 
 
-def pipeline(devices: int = 8, layers: int = 100, contended: bool = False, seed_layer: int = -1) -> Builder:
-    b = Builder(devices=devices)
+def pipeline(devices: int = 8, layers: int = 100, contended: bool = False, seed_layer: int = -1) -> Build:
+    b = Build(devices=devices)
     for group in ("tp", "ep"):
         b.marker(GroupCreated, group=group, devices=tuple(range(devices)))
-    lanes = [[b.stream(d, name) for name in ("compute", "tp", "ep", "aux")] for d in range(devices)]
+    lanes = [[b.stream(name, d) for name in ("compute", "tp", "ep", "aux")] for d in range(devices)]
     for layer in range(layers):
         for compute, tp, ep, aux in lanes:
-            b.kernel(compute, "npu_quant_matmul", cube=24)
+            b.kernel(compute, op="npu_quant_matmul", cube=24)
             for side in (tp, ep, aux):
-                b.order(compute, side)
+                b.wait_stream(side, compute)
             b.collective(tp, "all_reduce", "tp", 2 * layer, vector=16)
             b.collective(ep, "moe_distribute_dispatch", "ep", 2 * layer, vector=24, kind="MC2")
             b.collective(ep, "moe_distribute_combine", "ep", 2 * layer + 1, vector=24, kind="MC2")
             limit = 48 if layer == seed_layer else 8
             if b.limits[aux][1] != limit:
                 b.limit(aux, vector=limit)
-            b.kernel(aux, "nonzero", vector=48, resident=True)
-            b.kernel(aux, "argsort", vector=48)
-            b.order(ep, tp)
+            b.kernel(aux, op="nonzero", vector=48, resident=True)
+            b.kernel(aux, op="argsort", vector=48)
+            b.wait_stream(tp, ep)
             for side in (tp, ep, aux):
-                b.order(side, compute)
+                b.wait_stream(compute, side)
             b.collective(tp, "all_gather", "tp", 2 * layer + 1, vector=16)
-            b.kernel(compute, "moe_gating_top_k", vector=40, resident=contended)
-            b.order(tp, compute)
+            b.kernel(compute, op="moe_gating_top_k", vector=40, resident=contended)
+            b.wait_stream(compute, tp)
     return b
 
 
