@@ -96,7 +96,9 @@ def scenarios(draw, max_tasks: int = MAX_TASKS):
 def test_search_agrees_with_exhaustive_oracle():
     verdicts: Counter = Counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    # derandomized: the coverage floor below is then a fixed fact of this test, not a per-run draw
+    # (a random run under CPU load once drew 98 deadlocks of 1000, under the floor of 100)
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(scenarios())
     def agree(trace):

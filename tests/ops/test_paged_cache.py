@@ -153,3 +153,67 @@ def test_a_compiled_decode_step_gives_the_eager_values(npugraph, backend):
     for _ in range(2):
         torch.testing.assert_close(step(*args).cpu(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(kc.cpu(), want_k)
+
+
+# ------------------------------------------------------------------ npu_scatter_pa_kv_cache (aclnn)
+def test_scatter_pa_kv_cache_norm_writes_like_reshape_and_cache(npugraph):
+    """vLLM-Ascend's ``reshape_and_cache`` adaptor: ``cache_mode="Norm"``, padding slots -1 skipped."""
+    key, value, slots, *_ = _step_inputs(3)
+    kc, vc = _caches()
+    torch_npu.npu_scatter_pa_kv_cache(key=key.npu(), value=value.npu(), key_cache=kc, value_cache=vc,
+                                      slot_mapping=slots.npu(), cache_mode="Norm")
+    want_k, want_v = _expected_caches(key, value, slots)
+    torch.testing.assert_close(kc.cpu(), want_k, rtol=0, atol=0)
+    torch.testing.assert_close(vc.cpu(), want_v, rtol=0, atol=0)
+
+
+def test_scatter_pa_kv_cache_pa_nz_lays_each_row_out_in_columns(npugraph):
+    last = 4
+    key, value, slots, *_ = _step_inputs(4)
+    kc = torch.zeros(NB, KVH * D // last, BS, last, device="npu")
+    vc = torch.zeros(NB, KVH * D // last, BS, last, device="npu")
+    torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), kc, vc, slots.npu())      # PA_NZ: the default
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            column_major = kc.cpu()[slot // BS, :, slot % BS, :]
+            assert torch.equal(column_major.reshape(-1), key[i].reshape(-1))
+            assert torch.equal(vc.cpu()[slot // BS, :, slot % BS, :].reshape(-1), value[i].reshape(-1))
+    assert int((kc.cpu() != 0).any(dim=-1).sum()) == (slots >= 0).sum() * KVH * D // last
+
+
+def test_scatter_pa_kv_cache_functional_leaves_the_caches_alone(npugraph):
+    key, value, slots, *_ = _step_inputs(5)
+    kc, vc = _caches()
+    new_k, new_v = torch_npu.npu_scatter_pa_kv_cache_functional(key.npu(), value.npu(), kc, vc, slots.npu(),
+                                                                cache_mode="Norm")
+    want_k, want_v = _expected_caches(key, value, slots)
+    torch.testing.assert_close(new_k.cpu(), want_k)
+    torch.testing.assert_close(new_v.cpu(), want_v)
+    assert not kc.cpu().any() and not vc.cpu().any()
+
+
+def test_scatter_pa_kv_cache_refuses_what_it_does_not_emulate(npugraph):
+    key, value, slots, *_ = _step_inputs()
+    kc, vc = _caches()
+    with pytest.raises(RuntimeError, match="not emulated"):
+        torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), kc, vc, slots.npu(), cache_mode="Norm",
+                                          seq_lens=torch.tensor([7]).npu())
+
+
+@pytest.mark.parametrize("backend", ["npugraph_ex", "reduce-overhead"])
+def test_a_compiled_scatter_pa_kv_cache_writes_the_caches(npugraph, backend):
+    key, value, slots, *_ = _step_inputs(6)
+    if backend == "reduce-overhead":
+        config = torchair.CompilerConfig()
+        config.mode = "reduce-overhead"
+        backend = torchair.get_npu_backend(compiler_config=config)
+
+    def write(k, v, kc, vc, s):
+        torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, s, cache_mode="Norm")
+        return kc.sum() + vc.sum()
+    step = torch.compile(write, backend=backend, dynamic=False)
+    kc, vc = _caches()
+    step(key.npu(), value.npu(), kc, vc, slots.npu())
+    want_k, want_v = _expected_caches(key, value, slots)
+    torch.testing.assert_close(kc.cpu(), want_k)
+    torch.testing.assert_close(vc.cpu(), want_v)

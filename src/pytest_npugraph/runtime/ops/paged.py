@@ -1,5 +1,6 @@
-"""Paged KV cache (ATB ops, ``torch.ops.atb``): ``_npu_reshape_and_cache`` writes new key/value rows
-into block caches, ``_npu_paged_attention`` decodes against them.
+"""Paged KV cache: the ATB ops (``torch.ops.atb``) ``_npu_reshape_and_cache``, which writes new
+key/value rows into block caches, and ``_npu_paged_attention``, which decodes against them; and the
+aclnn op ``npu_scatter_pa_kv_cache(_functional)`` that newer vLLM-Ascend uses for the same write.
 
 Why: vLLM-Ascend's decode path calls ``torch_npu._npu_reshape_and_cache(key, value, key_cache,
 value_cache, slot_indices)`` then ``torch_npu._npu_paged_attention(query, key_cache, value_cache,
@@ -8,7 +9,10 @@ num_kv_heads, num_heads, scale_value, block_table, context_lens, out=out)`` ever
 Layouts (ND, as vLLM-Ascend allocates them): caches ``[num_blocks, block_size, num_kv_heads, head_size]``;
 ``slot_indices[i] = block * block_size + offset`` is where row ``i`` goes (negative: a padding token,
 skipped); ``block_table[b]`` lists sequence ``b``'s blocks, ``context_lens[b]`` (a host tensor in
-vLLM-Ascend) its length (0: a padding request, whose output is zeros here).  Grouped-query attention: query head ``h`` reads kv head
+vLLM-Ascend) its length (0: a padding request, whose output is zeros here).  ``npu_scatter_pa_kv_cache`` takes ``cache_mode="Norm"`` for that ND layout and
+``"PA_NZ"`` (its default) for the fractal layout ``[num_blocks, heads * head_size // last, block_size,
+last]``, where a token's row is laid out in ``last``-wide columns; the compression arguments are not
+emulated.  Grouped-query attention: query head ``h`` reads kv head
 ``h // (num_heads // num_kv_heads)``.  Duplicate slots: the last row wins (the device leaves it
 undefined).
 """
@@ -17,12 +21,13 @@ from __future__ import annotations
 import torch
 
 from ._common import _check
-from .spec import OpSpec, cores
+from .spec import OpSpec, cores, generated, vector
 
 _INT_INDICES = (torch.int32, torch.int64)
 
 
-def _write_rows(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, op: str, what: str) -> None:
+def _write_rows(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, op: str, what: str,
+                slot_name: str = "slot_indices") -> None:
     _check(rows.dim() == 3, lambda: f"{op}: {what} must be 3-dimensional [num_tokens, num_heads, head_size], "
                                     f"but got {rows.dim()} dims")
     _check(cache.dim() == 4, lambda: f"{op}: {what}_cache must be 4-dimensional [num_blocks, block_size, num_heads, "
@@ -32,18 +37,66 @@ def _write_rows(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, op
                    f"{list(cache.shape[2:])}")
     _check(rows.dtype == cache.dtype, lambda: f"{op}: {what} dtype {rows.dtype} must match {what}_cache dtype "
                                               f"{cache.dtype}")
-    _check(slots.dtype in _INT_INDICES, lambda: f"{op}: slot_indices must be int32, but got {slots.dtype}")
+    _check(slots.dtype in _INT_INDICES, lambda: f"{op}: {slot_name} must be int32, but got {slots.dtype}")
     _check(slots.dim() == 1 and slots.numel() == rows.size(0),
-           lambda: f"{op}: slot_indices must have shape [{rows.size(0)}] (one slot per token), but got "
+           lambda: f"{op}: {slot_name} must have shape [{rows.size(0)}] (one slot per token), but got "
                    f"{list(slots.shape)}")
     capacity = cache.size(0) * cache.size(1)
     flat = cache.view(capacity, *cache.shape[2:])
     for i, slot in enumerate(slots.tolist()):
         if slot < 0:
             continue
-        _check(slot < capacity, lambda: f"{op}: slot_indices[{i}] = {slot} is out of range for a cache of "
+        _check(slot < capacity, lambda: f"{op}: {slot_name}[{i}] = {slot} is out of range for a cache of "
                                         f"{cache.size(0)} blocks x {cache.size(1)} slots")
         flat[slot] = rows[i]
+
+
+def _write_rows_nz(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, op: str, what: str,
+                   slot_name: str = "slot_mapping") -> None:
+    """PA_NZ: row ``i`` (heads * head_size values) goes to ``cache[block, :, offset, :]`` in
+    ``cache.size(-1)``-wide columns."""
+    _check(cache.dim() == 4, lambda: f"{op}: {what}_cache must be 4-dimensional in PA_NZ [num_blocks, "
+                                     f"heads * head_size // last, block_size, last], but got {cache.dim()} dims")
+    width = rows[0].numel() if rows.size(0) else 0
+    _check(rows.size(0) == 0 or cache.size(1) * cache.size(3) == width,
+           lambda: f"{op}: a {what} row of {width} values does not fill {what}_cache's PA_NZ columns "
+                   f"{cache.size(1)} x {cache.size(3)}")
+    _check(rows.dtype == cache.dtype, lambda: f"{op}: {what} dtype {rows.dtype} must match {what}_cache dtype "
+                                              f"{cache.dtype}")
+    _check(slots.dim() == 1 and slots.numel() == rows.size(0),
+           lambda: f"{op}: slot_mapping must have shape [{rows.size(0)}] (one slot per token), but got "
+                   f"{list(slots.shape)}")
+    block_size = cache.size(2)
+    for i, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        _check(slot < cache.size(0) * block_size, lambda: f"{op}: slot_mapping[{i}] = {slot} is out of range")
+        cache[slot // block_size, :, slot % block_size, :] = rows[i].reshape(cache.size(1), cache.size(3))
+
+
+def _scatter_pa(key, value, key_cache, value_cache, slot_mapping, compress_lens, compress_seq_offsets, seq_lens,
+                cache_mode, op):
+    _check(compress_lens is None and compress_seq_offsets is None and seq_lens is None,
+           lambda: f"{op}: compress_lens, compress_seq_offsets and seq_lens (KV compression) are not emulated")
+    _check(cache_mode in ("Norm", "PA_NZ"),
+           lambda: f"{op}: cache_mode {cache_mode!r} is not emulated (Norm and PA_NZ are)")
+    write = _write_rows if cache_mode == "Norm" else _write_rows_nz
+    write(key, key_cache, slot_mapping, op, "key", "slot_mapping")
+    write(value, value_cache, slot_mapping, op, "value", "slot_mapping")
+
+
+def npu_scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *, compress_lens=None,
+                            compress_seq_offsets=None, seq_lens=None, cache_mode="PA_NZ"):
+    _scatter_pa(key, value, key_cache, value_cache, slot_mapping, compress_lens, compress_seq_offsets, seq_lens,
+                cache_mode, "npu_scatter_pa_kv_cache")
+
+
+def npu_scatter_pa_kv_cache_functional(key, value, key_cache, value_cache, slot_mapping, *, compress_lens=None,
+                                       compress_seq_offsets=None, seq_lens=None, cache_mode="PA_NZ"):
+    key_cache, value_cache = key_cache.clone(), value_cache.clone()
+    _scatter_pa(key, value, key_cache, value_cache, slot_mapping, compress_lens, compress_seq_offsets, seq_lens,
+                cache_mode, "npu_scatter_pa_kv_cache_functional")
+    return key_cache, value_cache
 
 
 def _npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices):
@@ -95,6 +148,10 @@ def _npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads,
 
 
 SPECS = [
+    OpSpec(generated("npu_scatter_pa_kv_cache"), npu_scatter_pa_kv_cache, vector(), meta=lambda *args, **kwargs: None),
+    OpSpec(generated("npu_scatter_pa_kv_cache_functional"), npu_scatter_pa_kv_cache_functional, vector(),
+           meta=lambda key, value, key_cache, value_cache, *args, **kwargs: (torch.empty_like(key_cache),
+                                                                              torch.empty_like(value_cache))),
     OpSpec("_npu_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
            "Tensor slot_indices) -> ()", _npu_reshape_and_cache, cores("ATB", vector="all"), namespace="atb",
            meta=lambda *args: None),
