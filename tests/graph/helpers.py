@@ -25,6 +25,14 @@ def reduce_overhead(fn, **aclgraph_debug):
     return compile_with(fn, config("reduce-overhead", **aclgraph_debug))
 
 
+def backend(mode: str):
+    """The ``torch.compile`` backend of a graph mode: "ge" (TorchAir's max-autotune), "reduce-overhead",
+    or "npugraph_ex"."""
+    if mode == "npugraph_ex":
+        return "npugraph_ex"
+    return torchair.get_npu_backend(compiler_config=config("max-autotune" if mode == "ge" else mode))
+
+
 def records(npugraph, kind, start=0):
     return [r for r in npugraph.trace.records[start:] if isinstance(r, kind)]
 

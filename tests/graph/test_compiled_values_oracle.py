@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_npu  # noqa: F401
-import torchair
+
+from .helpers import backend
 
 N = 4
 UNARY = ("relu", "neg", "exp_small", "t", "slice_pad", "zeros_like_add", "ones_like_mul", "full_like_sub")
@@ -78,15 +79,6 @@ def _program(prog, mutate_input):
     return run
 
 
-def _backend(mode):
-    if mode == "npugraph_ex":
-        return "npugraph_ex"
-    config = torchair.CompilerConfig()
-    if mode != "ge":
-        config.mode = mode
-    return torchair.get_npu_backend(compiler_config=config)
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(prog=steps, mutate_input=st.booleans(), mode=st.sampled_from(["ge", "reduce-overhead", "npugraph_ex"]))
 def test_compiled_programs_give_cpu_eager_values_on_every_call(npugraph, prog, mutate_input, mode):
@@ -94,7 +86,7 @@ def test_compiled_programs_give_cpu_eager_values_on_every_call(npugraph, prog, m
     gen = torch.Generator().manual_seed(len(prog))
     x, y = torch.randn(N, N, generator=gen), torch.randn(N, N, generator=gen)
     fn = _program(prog, mutate_input)
-    compiled = torch.compile(fn, backend=_backend(mode), dynamic=False)
+    compiled = torch.compile(fn, backend=backend(mode), dynamic=False)
     x_cpu, x_npu, y_npu = x.clone(), x.npu(), y.npu()
     for call in range(3):
         want = fn(x_cpu, y)

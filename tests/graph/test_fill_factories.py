@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import torch_npu  # noqa: F401
-import torchair
 from pytest_npugraph.trace import Kernel
+
+from .helpers import backend
 
 
 def _moe(x, ws, gates):
@@ -26,15 +27,6 @@ def _ones_then_scale(x):
     return torch.full_like(x, 2.0) * acc
 
 
-def _backend(mode):
-    if mode == "npugraph_ex":
-        return "npugraph_ex"
-    config = torchair.CompilerConfig()
-    if mode != "ge":
-        config.mode = mode
-    return torchair.get_npu_backend(compiler_config=config)
-
-
 @pytest.mark.parametrize("fn", [_moe, _ones_then_scale], ids=["moe-loop", "ones-full"])
 @pytest.mark.parametrize("mode", ["ge", "reduce-overhead", "npugraph_ex"])
 def test_a_compiled_accumulator_starts_from_its_fill_on_every_call(npugraph, mode, fn):
@@ -44,7 +36,7 @@ def test_a_compiled_accumulator_starts_from_its_fill_on_every_call(npugraph, mod
     args = (x, ws, gates) if fn is _moe else (x,)
     want = fn(*args)
     npu_args = (x.npu(), [w.npu() for w in ws], gates.npu()) if fn is _moe else (x.npu(),)
-    compiled = torch.compile(fn, backend=_backend(mode), dynamic=False)
+    compiled = torch.compile(fn, backend=backend(mode), dynamic=False)
     for _ in range(3):                                   # capture, then replays
         torch.testing.assert_close(compiled(*npu_args).cpu(), want, rtol=1e-4, atol=1e-4)
     npugraph.assert_clean()

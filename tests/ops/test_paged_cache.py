@@ -1,12 +1,14 @@
 """torch_npu's ATB paged-KV-cache ops (``torch.ops.atb``): ``_npu_reshape_and_cache`` and
 ``_npu_paged_attention``, as vLLM-Ascend's decode step calls them, checked against an independently
 written computation (per-token Python loops and ``scaled_dot_product_attention``)."""
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_npu
-import torchair
+from graph.helpers import backend
 from pytest_npugraph.trace import Kernel
 
 NB, BS, KVH, D, H = 5, 4, 2, 8, 4
@@ -103,32 +105,23 @@ def test_paged_attention_rejects_heads_that_do_not_group(npugraph):
                                        out=torch.empty(2, H, D, device="npu"))
 
 
-def test_a_cache_write_on_a_side_stream_read_without_a_wait_is_a_race(npugraph):
+@pytest.mark.parametrize("joined", [False, True], ids=["no-wait: race", "wait_stream: silent"])
+def test_a_cache_write_on_a_side_stream_needs_a_wait_before_the_attention(npugraph, joined):
     key, value, slots, q, block_table, lens = _step_inputs()
     kc, vc = _caches()
     side = torch.npu.Stream()
     out = torch.empty(2, H, D, device="npu")
     args = [t.npu() for t in (key, value, slots, q, block_table)]
     side.wait_stream(torch.npu.current_stream())
-    with npugraph.expect("race", match="_npu_paged_attention"):
+    with npugraph.expect("race", match="_npu_paged_attention") if not joined else contextlib.nullcontext():
         with torch.npu.stream(side):
             torch_npu._npu_reshape_and_cache(args[0], args[1], kc, vc, args[2])
+        if joined:
+            torch.npu.current_stream().wait_stream(side)
         torch_npu._npu_paged_attention(args[3], kc, vc, KVH, H, 1.0, args[4], lens, out=out)
-
-
-def test_the_same_step_with_a_wait_stays_silent(npugraph):
-    key, value, slots, q, block_table, lens = _step_inputs()
-    kc, vc = _caches()
-    side = torch.npu.Stream()
-    out = torch.empty(2, H, D, device="npu")
-    args = [t.npu() for t in (key, value, slots, q, block_table)]
-    side.wait_stream(torch.npu.current_stream())
-    with torch.npu.stream(side):
-        torch_npu._npu_reshape_and_cache(args[0], args[1], kc, vc, args[2])
-    torch.npu.current_stream().wait_stream(side)
-    torch_npu._npu_paged_attention(args[3], kc, vc, KVH, H, 1.0, args[4], lens, out=out)
-    assert out.isfinite().all()
-    npugraph.assert_clean()
+    if joined:
+        assert out.isfinite().all()
+        npugraph.assert_clean()
 
 
 def _decode_step(key, value, kc, vc, slots, q, block_table, lens, out):
@@ -137,16 +130,12 @@ def _decode_step(key, value, kc, vc, slots, q, block_table, lens, out):
     return out * 1.0
 
 
-@pytest.mark.parametrize("backend", ["eager", "npugraph_ex", "reduce-overhead"])
-def test_a_compiled_decode_step_gives_the_eager_values(npugraph, backend):
+@pytest.mark.parametrize("mode", ["ge", "npugraph_ex", "reduce-overhead"])
+def test_a_compiled_decode_step_gives_the_eager_values(npugraph, mode):
     key, value, slots, q, block_table, lens = _step_inputs()
     want_k, want_v = _expected_caches(key, value, slots)
     want = _expected_attention(q, want_k, want_v, block_table, lens, 0.35)
-    if backend == "reduce-overhead":
-        config = torchair.CompilerConfig()
-        config.mode = "reduce-overhead"
-        backend = torchair.get_npu_backend(compiler_config=config)
-    step = torch.compile(_decode_step, backend=backend, dynamic=False)
+    step = torch.compile(_decode_step, backend=backend(mode), dynamic=False)
     kc, vc = _caches()
     out = torch.empty(2, H, D, device="npu")
     args = [t.npu() for t in (key, value)] + [kc, vc, slots.npu(), q.npu(), block_table.npu(), lens, out]
@@ -200,18 +189,14 @@ def test_scatter_pa_kv_cache_refuses_what_it_does_not_emulate(npugraph):
                                           seq_lens=torch.tensor([7]).npu())
 
 
-@pytest.mark.parametrize("backend", ["npugraph_ex", "reduce-overhead"])
-def test_a_compiled_scatter_pa_kv_cache_writes_the_caches(npugraph, backend):
+@pytest.mark.parametrize("mode", ["npugraph_ex", "reduce-overhead"])
+def test_a_compiled_scatter_pa_kv_cache_writes_the_caches(npugraph, mode):
     key, value, slots, *_ = _step_inputs(6)
-    if backend == "reduce-overhead":
-        config = torchair.CompilerConfig()
-        config.mode = "reduce-overhead"
-        backend = torchair.get_npu_backend(compiler_config=config)
 
     def write(k, v, kc, vc, s):
         torch_npu.npu_scatter_pa_kv_cache(k, v, kc, vc, s, cache_mode="Norm")
         return kc.sum() + vc.sum()
-    step = torch.compile(write, backend=backend, dynamic=False)
+    step = torch.compile(write, backend=backend(mode), dynamic=False)
     kc, vc = _caches()
     step(key.npu(), value.npu(), kc, vc, slots.npu())
     want_k, want_v = _expected_caches(key, value, slots)

@@ -1,5 +1,5 @@
-"""Memory facts of a trace, worked out once: which block was freed where, which streams
-``record_stream`` named before that free, and which block later reused its address.
+"""Memory facts of a trace, worked out once: which block was freed where, and which streams
+``record_stream`` named before that free.
 
 Why: the happens-before model (the allocator waits for recorded streams before it reuses an
 address), the race engine (a conflict across a free is a missing ``record_stream`` unless the use's
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..trace import Alloc, Free, RecordStream
+from ..trace import Free, RecordStream
 
 
 @dataclass
@@ -21,7 +21,6 @@ class MemoryFacts:
     free: dict = field(default_factory=dict)        # bid -> its Free record
     free_pos: dict = field(default_factory=dict)    # bid -> position of that Free in trace.records
     recorded: dict = field(default_factory=dict)    # bid -> frozenset of sids record_stream named before the free
-    reuses: dict = field(default_factory=dict)      # position of an Alloc(reuses=X) -> X
 
     def freed_before(self, bid: int, pos: int) -> bool:
         """Was block ``bid`` freed by the host before trace position ``pos``?"""
@@ -44,13 +43,5 @@ def compute(trace) -> MemoryFacts:
             facts.free[rec.block] = rec          # (a block is freed once; the latest free wins)
             facts.free_pos[rec.block] = pos
             facts.recorded[rec.block] = facts.recorded.get(rec.block, frozenset()) | pending.pop(rec.block, set())
-        elif cls is Alloc and rec.reuses is not None:
-            facts.reuses[pos] = rec.reuses
     return facts
 
-
-def of(trace, cache: dict | None = None) -> MemoryFacts:
-    """The shared ``MemoryFacts`` of ``trace``: the ones the shared ``HappensBefore`` was built with."""
-    from . import happens_before
-
-    return happens_before.of(trace, cache).memory
