@@ -237,7 +237,8 @@ def _scan(trace, hb) -> list:
         entries = history.get(s)
         if entries is None:
             entries = history[s] = {}
-        key = (entry[1].site, span.block, span.dims and span)
+        site = entry[1].site        # its fields, not the Site: a dataclass hash is a Python call per access
+        key = (site.path, site.line, site.func, span.block, span.dims and span)
         entries.pop(key, None)
         entries[key] = entry
 
