@@ -8,7 +8,6 @@ a block handed out again after a free shows up as overlapping the old block's pe
 from __future__ import annotations
 
 import bisect
-import contextlib
 import itertools
 import sys
 import weakref
@@ -131,7 +130,10 @@ class _Stat:
 class Stats:
     """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
 
-    Updated on every malloc and free, so an update is a few attribute stores, not dict walks.
+    Why a log: a malloc or free changes five to eight of them, on every op.  The allocator appends
+    one ``(small, name, amount, name, amount, ...)`` tuple per change instead, and the tuples are
+    applied in order (so peaks come out exactly as if applied at once) when the statistics are read,
+    or when the log grows long.
     """
 
     ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
@@ -139,27 +141,49 @@ class Stats:
     POOLS = ("all", "large_pool", "small_pool")
     COUNTERS = ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams",
                 "num_device_alloc", "num_device_free")
+    FOLD_AT = 4096          # log entries kept before they are applied
 
     def __init__(self):
-        self.values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
+        self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
         # name -> (all, small pool) / (all, large pool): the two stats one change updates
-        self._small = {n: (v["all"], v["small_pool"]) for n, v in self.values.items()}
-        self._large = {n: (v["all"], v["large_pool"]) for n, v in self.values.items()}
+        self._small = {n: (v["all"], v["small_pool"]) for n, v in self._values.items()}
+        self._large = {n: (v["all"], v["large_pool"]) for n, v in self._values.items()}
+        self.log: list = []
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
 
-    def add(self, name: str, amount: int, small: bool) -> None:
-        for v in (self._small if small else self._large)[name]:
-            current = v.current + amount
-            v.current = current
-            if amount > 0:
-                v.allocated += amount
-                if current > v.peak:
-                    v.peak = current
-            else:
-                v.freed -= amount
+    def change(self, entry: tuple) -> None:
+        """Log ``(small, name, amount, name, amount, ...)``."""
+        log = self.log
+        log.append(entry)
+        if len(log) >= self.FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        log, self.log = self.log, []
+        small_pools, large_pools = self._small, self._large
+        for entry in log:
+            pools = small_pools if entry[0] else large_pools
+            for i in range(1, len(entry), 2):
+                amount = entry[i + 1]
+                for v in pools[entry[i]]:
+                    current = v.current + amount
+                    v.current = current
+                    if amount > 0:
+                        v.allocated += amount
+                        if current > v.peak:
+                            v.peak = current
+                    else:
+                        v.freed -= amount
+
+    @property
+    def values(self) -> dict:
+        """name -> pool -> ``_Stat``, with every logged change applied."""
+        if self.log:
+            self._fold()
+        return self._values
 
     def current(self, name: str) -> int:
         return self.values[name]["all"].current
@@ -216,22 +240,20 @@ class CachingAllocator:
         return int(self.capacity * self.fraction)
 
     # ----------------------------------------------------------------- allocation
-    @contextlib.contextmanager
-    def _changing(self):
-        """Serialise changes to the pools across threads; a Block freed by a finalizer in the middle
-        of one (same thread) is queued and freed when the change is complete."""
+    def _locked(self, change, *args):
+        """``change(*args)``, a change to the pools: serialised across threads; a Block freed by a
+        finalizer in the middle of it (same thread) is queued and freed when it is complete."""
         with self.runtime.lock:
             self._busy += 1
             try:
-                yield
+                return change(*args)
             finally:
                 self._busy -= 1
-            while self._deferred and not self._busy:
-                self.free(self._deferred.pop())
+                while self._deferred and not self._busy:
+                    self.free(self._deferred.pop())
 
     def malloc(self, nbytes: int, stream: int, pool=None) -> Block:
-        with self._changing():
-            return self._malloc(nbytes, stream, pool)
+        return self._locked(self._malloc, nbytes, stream, pool)
 
     def _malloc(self, nbytes: int, stream: int, pool) -> Block:
         if nbytes >= HUGE:
@@ -247,11 +269,8 @@ class CachingAllocator:
         chunk.owner = block
         chunk.requested = nbytes
         self.runtime.devices[self.device].initialized = True   # using a device activates it
-        self.stats.add("allocation", 1, small)
-        self.stats.add("active", 1, small)
-        self.stats.add("allocated_bytes", chunk.size, small)
-        self.stats.add("active_bytes", chunk.size, small)
-        self.stats.add("requested_bytes", nbytes, small)
+        self.stats.change((small, "allocation", 1, "active", 1, "allocated_bytes", chunk.size,
+                           "active_bytes", chunk.size, "requested_bytes", nbytes))
         return block
 
     def fits(self, nbytes: int, stream: int, pool=None) -> bool:
@@ -292,8 +311,7 @@ class CachingAllocator:
         self.next_address += seg_size
         self.reserved += seg_size
         self.stats.counters["num_device_alloc"] += 1
-        self.stats.add("segment", 1, small)
-        self.stats.add("reserved_bytes", seg_size, small)
+        self.stats.change((small, "segment", 1, "reserved_bytes", seg_size))
         chunk = Chunk(seg, seg.lo, seg_size)
         seg.blocks.append(chunk)
         self.segments.append(seg)
@@ -311,13 +329,11 @@ class CachingAllocator:
             blocks.insert(blocks.index(chunk) + 1, tail)
             self._cache(tail)
             if was_split:       # an inactive split shrinks by the bytes taken
-                self.stats.add("inactive_split_bytes", -size, small)
+                self.stats.change((small, "inactive_split_bytes", -size))
             else:               # a new inactive split (the tail) appears
-                self.stats.add("inactive_split", 1, small)
-                self.stats.add("inactive_split_bytes", rest, small)
+                self.stats.change((small, "inactive_split", 1, "inactive_split_bytes", rest))
         elif was_split:         # a whole inactive split becomes active
-            self.stats.add("inactive_split", -1, small)
-            self.stats.add("inactive_split_bytes", -chunk.size, small)
+            self.stats.change((small, "inactive_split", -1, "inactive_split_bytes", -chunk.size))
         return chunk
 
     def _cache(self, chunk: Chunk) -> None:
@@ -356,8 +372,7 @@ class CachingAllocator:
             if self._busy:
                 self._deferred.append(block)
                 return
-            with self._changing():
-                self._free(block)
+            self._locked(self._free, block)
 
     def _free(self, block: Block) -> None:
         if block.freed:
@@ -366,8 +381,7 @@ class CachingAllocator:
         chunk = block.chunk
         chunk.owner = None
         small = chunk.segment.small
-        self.stats.add("allocation", -1, small)
-        self.stats.add("allocated_bytes", -chunk.size, small)
+        self.stats.change((small, "allocation", -1, "allocated_bytes", -chunk.size))
         self.runtime.on_free(block)
         uses = block.stream_uses - {block.stream}
         if uses:    # the real allocator records an event on each and waits for them before reuse
@@ -380,9 +394,7 @@ class CachingAllocator:
         """Return a chunk to its pool (inactive now), merging it with free neighbours."""
         chunk.pending = False
         small = chunk.segment.small
-        self.stats.add("active", -1, small)
-        self.stats.add("active_bytes", -chunk.size, small)
-        self.stats.add("requested_bytes", -chunk.requested, small)
+        self.stats.change((small, "active", -1, "active_bytes", -chunk.size, "requested_bytes", -chunk.requested))
         chunk.requested = 0
         blocks = chunk.segment.blocks
         i = blocks.index(chunk)
@@ -391,14 +403,12 @@ class CachingAllocator:
                 other = blocks[j]
                 if not other.allocated and not other.pending:
                     self._uncache(other)
-                    self.stats.add("inactive_split", -1, small)
-                    self.stats.add("inactive_split_bytes", -other.size, small)
+                    self.stats.change((small, "inactive_split", -1, "inactive_split_bytes", -other.size))
                     chunk.lo = min(chunk.lo, other.lo)
                     chunk.size += other.size
                     blocks.remove(other)
         if chunk.split:
-            self.stats.add("inactive_split", 1, small)
-            self.stats.add("inactive_split_bytes", chunk.size, small)
+            self.stats.change((small, "inactive_split", 1, "inactive_split_bytes", chunk.size))
         self._cache(chunk)
 
     def _process_pending(self, synchronize: bool = False) -> None:
@@ -423,8 +433,7 @@ class CachingAllocator:
 
     def empty_cache(self) -> None:
         """Give every segment holding no live block back to the device (pending frees waited for)."""
-        with self._changing():
-            self._empty_cache()
+        self._locked(self._empty_cache)
 
     def _empty_cache(self) -> None:
         self._process_pending(synchronize=True)
@@ -436,8 +445,7 @@ class CachingAllocator:
                     self._uncache(c)
                 self.reserved -= seg.size
                 self.stats.counters["num_device_free"] += 1
-                self.stats.add("segment", -1, seg.small)
-                self.stats.add("reserved_bytes", -seg.size, seg.small)
+                self.stats.change((seg.small, "segment", -1, "reserved_bytes", -seg.size))
             else:
                 keep.append(seg)
         self.segments = keep

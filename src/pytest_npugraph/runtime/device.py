@@ -83,9 +83,12 @@ class Device:
 
     def explicit_limits(self, stream: StreamState) -> tuple:
         """The limits a kernel on ``stream`` runs under, 0 where nobody set one (what traces record)."""
-        def pick(own, device):
-            return own if own is not None else (device if device is not None else 0)
-        return pick(stream.cube_limit, self.cube_limit), pick(stream.vector_limit, self.vector_limit)
+        cube, vector = stream.cube_limit, stream.vector_limit
+        if cube is None:
+            cube = self.cube_limit or 0
+        if vector is None:
+            vector = self.vector_limit or 0
+        return cube, vector
 
     def stream_limits(self, stream: StreamState) -> tuple:
         cube, vector = self.device_limits()

@@ -25,8 +25,33 @@ NPU = "npu"
 _storage_blocks: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 
 
+_Tensor = torch.Tensor
+_CPU = torch.device("cpu")
+
+
 def _is_fake(t: torch.Tensor) -> bool:
+    if type(t) is _Tensor:
+        return t.is_meta
     return t.device.type == "meta" or type(t).__name__ in ("FakeTensor", "FunctionalTensor")
+
+
+_npu_devices: dict = {}
+
+
+def npu_device(index: int) -> torch.device:
+    """``torch.device("npu", index)``, made once per index (every NPU tensor names one)."""
+    found = _npu_devices.get(index)
+    if found is None:
+        found = _npu_devices[index] = torch.device(NPU, index)
+    return found
+
+
+class _DeviceIndex:
+    """``t._dev``: the device index, kept in the tensor's ``__dict__`` when it is made (reading
+    ``t.device`` builds a ``torch.device`` each time); computed for tensors made some other way."""
+
+    def __get__(self, t, owner=None):
+        return self if t is None else t.device.index
 
 
 class NpuTensor(torch.Tensor):
@@ -35,15 +60,18 @@ class NpuTensor(torch.Tensor):
     _payload: torch.Tensor
     _block: object
     _graph_call = None   # the GraphCall when this handle is a graph call's output (see note_output_reads)
+    _dev = _DeviceIndex()
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, device_index: int, block=None):
         t = torch.Tensor._make_wrapper_subclass(
             cls, payload.size(), strides=payload.stride(), storage_offset=payload.storage_offset(),
-            dtype=payload.dtype, layout=payload.layout, device=torch.device(NPU, device_index),
+            dtype=payload.dtype, layout=payload.layout, device=npu_device(device_index),
             requires_grad=payload.requires_grad)
-        t._payload = payload
-        t._block = block
+        state = t.__dict__          # not through __setattr__ (below): this runs on every op
+        state["_payload"] = payload
+        state["_block"] = block
+        state["_dev"] = device_index
         return t
 
     # -- traceable-subclass protocol, so torch.compile sees through NPU tensors
@@ -91,10 +119,12 @@ class NpuTensor(torch.Tensor):
         wrapper's metadata; the values are the payload's, so take ``other``'s payload and block too."""
         super().__setattr__(name, value)
         if name == "data" and isinstance(value, NpuTensor):
-            self.__dict__.pop("_span_memo", None)
-            object.__setattr__(self, "_payload", value._payload)
-            object.__setattr__(self, "_block", value._block)
-            object.__setattr__(self, "_graph_call", value._graph_call)
+            state = self.__dict__
+            state.pop("_span_memo", None)
+            state["_payload"] = value._payload
+            state["_block"] = value._block
+            state["_graph_call"] = value._graph_call
+            state["_dev"] = value._dev
 
     def untyped_storage(self):
         """The block's storage (``runtime.storage.NpuStorage``): ``data_ptr()`` is the device address."""
@@ -119,7 +149,10 @@ class NpuTensor(torch.Tensor):
     @classmethod
     @outside_dynamo
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if any(not issubclass(t, NpuTensor) and t is not torch.Tensor for t in types):
+        ours = _ours.get(types)
+        if ours is None:
+            ours = _ours[types] = all(issubclass(t, NpuTensor) or t is torch.Tensor for t in types)
+        if not ours:
             return NotImplemented
         fake_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
         if fake_mode is not None:
@@ -134,6 +167,9 @@ class NpuTensor(torch.Tensor):
         if _faking_inputs():
             return False
         return torch.Tensor._is_view(self)
+
+
+_ours: dict = {}    # the ``types`` tuples __torch_dispatch__ was given -> whether they are all ours
 
 
 def _faking_inputs() -> bool:
@@ -170,25 +206,41 @@ def _fake_on_npu(payload, device_index):
 # ---------------------------------------------------------------------- blocks
 def wrap(payload: torch.Tensor, device_index: int, stream=None, site=None) -> NpuTensor:
     """An NPU tensor over ``payload``, sharing the block of any NPU tensor on the same storage."""
+    return _wrap(payload, device_index, stream, site, None)
+
+
+def _wrap(payload, device_index, stream, site, fresh) -> NpuTensor:
+    """``wrap``; a tensor for which a block was allocated now is appended to ``fresh`` (if a list)."""
     if _is_fake(payload):
         return NpuTensor(payload, device_index)
-    _dense_only(payload)
+    if payload.layout is not _STRIDED:
+        _dense_only(payload)
     storage = payload.untyped_storage()
     nbytes = storage.nbytes()
     if nbytes == 0:
-        return NpuTensor(payload, device_index)
+        t = NpuTensor(payload, device_index)
+        if fresh is not None:
+            fresh.append(t)
+        return t
     key = storage.data_ptr()
     block = _storage_blocks.get(key)
-    if block is None:
-        rt = current()
-        if stream is None:
-            stream = rt.current_stream(device_index)
-        capture = stream.capture
-        block = rt.devices[device_index].allocator.malloc(
-            nbytes, stream.sid, pool=capture.pool if capture is not None else None)
-        _storage_blocks[key] = block
-        rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
-    return NpuTensor(payload, device_index, block)
+    if block is not None:
+        return NpuTensor(payload, device_index, block)
+    rt = current()
+    if stream is None:
+        stream = rt.current_stream(device_index)
+    capture = stream.capture
+    block = rt.devices[device_index].allocator.malloc(
+        nbytes, stream.sid, pool=capture.pool if capture is not None else None)
+    _storage_blocks[key] = block
+    rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
+    t = NpuTensor(payload, device_index, block)
+    if fresh is not None:
+        fresh.append(t)
+    return t
+
+
+_STRIDED = torch.strided
 
 
 def _dense_only(payload) -> None:
@@ -224,7 +276,8 @@ _NO_SPAN = object()
 class _Plan:
     """What dispatch needs to know about an op, computed once per OpOverload."""
 
-    __slots__ = ("name", "args", "reads_data", "metadata_only", "metadata_inplace", "special", "returns_args")
+    __slots__ = ("name", "args", "reads_data", "metadata_only", "metadata_inplace", "special", "returns_args",
+                 "returns_written", "writes_at", "writes_kw", "host_check")
 
     def __init__(self, func):
         schema = func._schema
@@ -243,6 +296,12 @@ class _Plan:
                    if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set}
         self.returns_args = [written.get(next(iter(r.alias_info.before_set), None)) if r.alias_info else None
                              for r in schema.returns]
+        self.returns_written = any(i is not None for i in self.returns_args)
+        # per positional argument and per keyword: whether the op writes it
+        self.writes_at = tuple(is_write for _, _, _, is_write in self.args)
+        self.writes_kw = {name: is_write for _, name, _, is_write in self.args}
+        # an aten op refuses CPU operands (but 0-dim scalars and the index ops' indices)
+        self.host_check = schema.name.startswith("aten::") and schema.name not in _HOST_OPERANDS_OK
 
 
 # In-place ops that change only a tensor's sizes, strides or offset (or ask a type question): no kernel
@@ -296,29 +355,58 @@ def _unwrap(x):
     return x
 
 
-def _same_device(tensors, plan) -> int:
-    index = tensors[0].device.index
-    for t in tensors[1:]:
-        if t.device.index != index:
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                               f"devices, npu:{index} and npu:{t.device.index}!")
-    return index
-
-
 _HOST_OPERANDS_OK = ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_")
 
 
-def _no_host_tensors(plan, args, kwargs, device) -> None:
-    """As on a real device, an aten op mixing NPU tensors with CPU ones (other than 0-dim scalars,
-    or indices) fails with torch's error."""
-    if not plan.name.startswith("aten::") or plan.name.split(".")[0] in _HOST_OPERANDS_OK:
-        return
-    for value in list(args) + list(kwargs.values()):
-        for v in (value if isinstance(value, (list, tuple)) else (value,)):
-            if (isinstance(v, torch.Tensor) and not isinstance(v, NpuTensor) and v.device.type == "cpu"
-                    and v.dim() > 0 and not _is_fake(v)):
-                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                                   f"devices, {device} and cpu!")
+def _host_operand(v) -> bool:
+    """A CPU tensor an aten op may not mix with NPU ones (0-dim scalars may be mixed)."""
+    return (isinstance(v, torch.Tensor) and not isinstance(v, NpuTensor) and v.device.type == "cpu"
+            and v.dim() > 0 and not _is_fake(v))
+
+
+class _Operands:
+    """One pass over an op's arguments: the NPU tensors it reads, writes and takes, the arguments with
+    payloads for tensors (and ``cpu`` for an ``npu`` device), whether a payload is a fake, and whether a
+    host tensor is mixed in (an error for most aten ops)."""
+
+    __slots__ = ("reads", "writes", "inputs", "fake", "host")
+
+    def __init__(self):
+        self.reads, self.writes, self.inputs = [], [], []
+        self.fake = self.host = False
+
+    def take(self, v, write, reads_data, check):
+        """``v``'s unwrapped form; an NPU tensor is noted as read (``reads_data``) or written (``write``;
+        None: taken only)."""
+        if isinstance(v, NpuTensor):
+            self.inputs.append(v)
+            if write:
+                self.writes.append(v)
+            elif reads_data and write is not None:
+                self.reads.append(v)
+            p = v._payload
+            if type(p) is not _Tensor and _is_fake(p):
+                self.fake = True
+            return p
+        kind = type(v)
+        if kind is list or kind is tuple:
+            return kind([self.take(x, write, reads_data, check) for x in v])
+        if isinstance(v, (list, tuple)):     # namedtuples, return types: pytree knows their layout
+            return tree_map(lambda x: self.take(x, write, reads_data, check), v)
+        if isinstance(v, torch.device):
+            return _CPU if v.type == NPU else v
+        if check and isinstance(v, torch.Tensor) and _host_operand(v):
+            self.host = True
+        return v
+
+
+def _same_device(inputs) -> int:
+    index = inputs[0]._dev
+    for t in inputs:
+        if t._dev != index:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, npu:{index} and npu:{t._dev}!")
+    return index
 
 
 def dispatch(func, args, kwargs):
@@ -334,31 +422,29 @@ def _run(func, plan, args, kwargs, now=False):
     """Run an op on the payloads and record it as a task (the common path).  When its stream has
     work queued (executor.py), the op computes its outputs' shapes now and its values when its
     turn comes (``now``: the host needs the values at once, so it first waits for the stream)."""
-    reads, writes, inputs = [], [], []
-    for i, name, kwarg_only, is_write in plan.args:
-        value = kwargs.get(name) if kwarg_only or i >= len(args) else args[i]
-        for t in _npu_tensors(value):
-            inputs.append(t)
-            if is_write:
-                writes.append(t)
-            elif plan.reads_data:
-                reads.append(t)
-    if not inputs:   # e.g. a tensor list kwarg not named in the schema: find them all
-        inputs = [t for v in list(args) + list(kwargs.values()) for t in _npu_tensors(v)]
-    if any(_is_fake(t._payload) for t in inputs):
-        return _wrap_outputs(func(*_map(_unwrap, args), **_map(_unwrap, kwargs)),
-                             inputs[0].device.index, None)
-    device = _same_device(inputs, plan) if inputs else current().current_device()
-    if inputs:
-        _no_host_tensors(plan, args, kwargs, inputs[0].device)
-    uargs, ukwargs = _map(_unwrap, args), _map(_unwrap, kwargs)
+    ops = _Operands()
+    reads_data, check, writes_at = plan.reads_data, plan.host_check, plan.writes_at
+    n = len(writes_at)
+    uargs = [ops.take(v, i < n and writes_at[i], reads_data, check) for i, v in enumerate(args)]
+    ukwargs = {name: ops.take(v, plan.writes_kw.get(name), reads_data, check) for name, v in kwargs.items()} \
+        if kwargs else kwargs
+    inputs, reads, writes = ops.inputs, ops.reads, ops.writes
+    if ops.fake:
+        return _wrap_outputs(func(*uargs, **ukwargs), inputs[0]._dev, None)
     rt = current()
-    site = rt.site_hint() or user_site(1)     # once per op: its allocations, task and queue entry share it
-    stream = rt.current_stream(device)
+    if inputs:
+        device = _same_device(inputs)
+        if ops.host:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, npu:{device} and cpu!")
+    else:
+        device = rt.current_device()
+    state = rt.thread()
+    site = state.site or user_site(1)     # once per op: its allocations, task and queue entry share it
+    stream = state.streams.get(device) or rt.device(device).default_stream
     capture = stream.capture
     if capture is not None and writes and not plan.metadata_inplace:
         capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
-    before = [t._block for t in writes]
     deferred = None
     if capture is None and rt.executor.deferred(stream.sid) and not (plan.metadata_only or plan.metadata_inplace):
         if now:
@@ -368,19 +454,22 @@ def _run(func, plan, args, kwargs, now=False):
             kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes)
     else:
         kernel, out = _compute(func, uargs, ukwargs)
+    if writes:
+        before = [t._block for t in writes]
+        for t in writes:
+            _sync_metadata(t)
+        if plan.metadata_inplace:   # only a storage that had to grow (a new block) is device work
+            writes = [t for t, block in zip(writes, before) if t._block is not block]
+            reads = []
     fresh: list = []
-    for t in writes:
-        _sync_metadata(t)
-    if plan.metadata_inplace:   # only a storage that had to grow (a new block) is device work
-        writes = [t for t, block in zip(writes, before) if t._block is not block]
-        reads = []
-    result = _wrap_outputs(out, device, fresh, site)
-    if any(i is not None for i in plan.returns_args):
+    result = _wrap_outputs(out, device, fresh, site, stream)
+    if plan.returns_written:
         result = _return_written(plan, args, kwargs, result)
     if plan.metadata_only or (plan.metadata_inplace and not writes):
         _inherit_graph_call(inputs, result)
         return result
-    seq = _launch(plan.name, device, reads, writes + fresh, replay=(kernel, uargs, ukwargs, out), site=site)
+    seq = _launch(plan.name, device, reads, writes + fresh if fresh else writes, stream=stream,
+                  replay=(kernel, uargs, ukwargs, out), site=site, rt=rt)
     if deferred is not None:
         rt.executor.submit(stream.sid, seq, deferred, what=f"{plan.name} at {site}")
     return result
@@ -462,35 +551,38 @@ def _return_written(plan, args, kwargs, result):
     return tuple(r if i is None else arg(i) for r, i in zip(result, plan.returns_args))
 
 
-def _wrap_outputs(out, device, fresh, site=None):
+def _wrap_outputs(out, device, fresh, site=None, stream=None):
+    """The op's payload results as NPU tensors; those given a new block are appended to ``fresh``
+    (None: the results of a fake run, never new device memory)."""
+    if type(out) is _Tensor:     # most ops
+        return _wrap(out, device, stream, site, fresh)
+
     def wrap_one(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor):
-            _dense_only(x)
-            known = fresh is None or _is_fake(x) or x.untyped_storage().data_ptr() in _storage_blocks
-            t = wrap(x, device, site=site)
-            if fresh is not None and not known:
-                fresh.append(t)
-            return t
+            return _wrap(x, device, stream, site, fresh)
         return x
     return _map(wrap_one, out)
 
 
-def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=None):
+def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=None, rt=None):
     """Record the task, or add it to the graph being captured on the stream (``replay``: the
     OpOverload, its payload arguments and its payload result, which a replay recomputes)."""
-    rt = current()
+    if rt is None:
+        rt = current()
     if stream is None:
         stream = rt.current_stream(device)
     read_spans = [s for s in map(span, reads) if s is not None]
     write_spans = [s for s in map(span, writes) if s is not None]
-    for t in reads + writes:
-        if t._block is not None and t._block.allocator.runtime is not rt:
-            rt.known_block(t._block)
+    used = reads + writes
+    for t in used:
+        block = t._block
+        if block is not None and block.allocator.runtime is not rt:
+            rt.known_block(block)
     site = site or rt.site_hint() or user_site(3)
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return None
-    note_output_reads(rt, reads + writes, site)
+    note_output_reads(rt, used, site)
     return rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
                      site=site)
 
