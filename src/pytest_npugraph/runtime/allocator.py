@@ -7,6 +7,7 @@ a block handed out again after a free shows up as overlapping the old block's pe
 """
 from __future__ import annotations
 
+import array
 import bisect
 import itertools
 import sys
@@ -130,10 +131,11 @@ class _Stat:
 class Stats:
     """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
 
-    Why a log: a malloc or free changes five to eight of them, on every op.  The allocator appends
-    one ``(small, name, amount, name, amount, ...)`` tuple per change instead, and the tuples are
-    applied in order (so peaks come out exactly as if applied at once) when the statistics are read,
-    or when the log grows long.
+    Why a log: a malloc or free changes five to eight counters, and peaks must be exact, on every op,
+    while few tests ever read them.  So the allocator logs each change as three ints in an
+    ``array`` (``logger``), and reading the statistics applies the log: a short one counter by
+    counter, a long one at once with torch (per-row deltas, prefix sums for the current values and
+    their peaks, clamped sums for the totals added and removed): the same numbers either way.
     """
 
     ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
@@ -141,47 +143,98 @@ class Stats:
     POOLS = ("all", "large_pool", "small_pool")
     COUNTERS = ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams",
                 "num_device_alloc", "num_device_free")
-    FOLD_AT = 4096          # log entries kept before they are applied
+    # the kinds of change: each array's delta is constant + x * (x coefficient) + y * (y coefficient)
+    KINDS = {
+        "malloced": {"allocation": (1, 0, 0), "active": (1, 0, 0), "allocated_bytes": (0, 1, 0),
+                     "active_bytes": (0, 1, 0), "requested_bytes": (0, 0, 1)},          # x: size, y: requested
+        "freed": {"allocation": (-1, 0, 0), "allocated_bytes": (0, -1, 0)},              # x: size
+        "released": {"active": (-1, 0, 0), "active_bytes": (0, -1, 0), "requested_bytes": (0, 0, -1)},
+        "segment_added": {"segment": (1, 0, 0), "reserved_bytes": (0, 1, 0)},           # x: segment size
+        "segment_removed": {"segment": (-1, 0, 0), "reserved_bytes": (0, -1, 0)},
+        "split_added": {"inactive_split": (1, 0, 0), "inactive_split_bytes": (0, 1, 0)},  # x: its bytes
+        "split_removed": {"inactive_split": (-1, 0, 0), "inactive_split_bytes": (0, -1, 0)},
+        "split_shrunk": {"inactive_split_bytes": (0, -1, 0)},
+    }
+    CODES = {kind: i for i, kind in enumerate(KINDS)}
+    FOLD_AT = 3 << 20           # ints in the log (24 MiB) before it is applied anyway
+    ROWS_BY_HAND = 256          # a log up to this many changes is applied in Python, a longer one with torch
 
     def __init__(self):
         self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
-        # name -> (all, small pool) / (all, large pool): the two stats one change updates
-        self._small = {n: (v["all"], v["small_pool"]) for n, v in self._values.items()}
-        self._large = {n: (v["all"], v["large_pool"]) for n, v in self._values.items()}
-        self.log: list = []
+        self._log = array.array("q")
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
 
-    def change(self, entry: tuple) -> None:
-        """Log ``(small, name, amount, name, amount, ...)``."""
-        log = self.log
-        log.append(entry)
-        if len(log) >= self.FOLD_AT:
-            self._fold()
+    def logger(self, kind: str):
+        """``log(small, x, y)``: logs one change of kind ``kind`` (``KINDS``) to the small or large pool."""
+        extend, code = self._log.extend, self.CODES[kind] * 2
+
+        def log(small: bool, x: int = 0, y: int = 0) -> None:
+            extend((code + small, x, y))
+        return log
 
     def _fold(self) -> None:
-        log, self.log = self.log, []
-        small_pools, large_pools = self._small, self._large
-        for entry in log:
-            pools = small_pools if entry[0] else large_pools
-            for i in range(1, len(entry), 2):
-                amount = entry[i + 1]
-                for v in pools[entry[i]]:
-                    current = v.current + amount
-                    v.current = current
+        log = self._log
+        if len(log) <= 3 * self.ROWS_BY_HAND:
+            rows = [log[i:i + 3] for i in range(0, len(log), 3)]
+            del log[:]
+            self._apply_by_hand(rows)
+        else:
+            self._apply_vectorised()
+
+    def _apply_by_hand(self, rows) -> None:
+        """A short log (a test reading the statistics often): counter by counter."""
+        kinds = list(self.KINDS.values())
+        for code, x, y in rows:
+            small = code % 2
+            for name, (const, cx, cy) in kinds[code // 2].items():
+                amount = const + cx * x + cy * y
+                pools = self._values[name]
+                for v in (pools["all"], pools["small_pool" if small else "large_pool"]):
+                    v.current += amount
                     if amount > 0:
                         v.allocated += amount
-                        if current > v.peak:
-                            v.peak = current
+                        v.peak = max(v.peak, v.current)
                     else:
                         v.freed -= amount
+
+    def _apply_vectorised(self) -> None:
+        import torch
+
+        rows = torch.frombuffer(self._log, dtype=torch.int64).view(-1, 3).clone()
+        del self._log[:]
+        kind, small = rows[:, 0] // 2, rows[:, 0] % 2
+        c = torch.tensor(_COEFFICIENTS)[kind]              # (rows, 3, arrays)
+        deltas = c[:, 0] + rows[:, 1:2] * c[:, 1] + rows[:, 2:3] * c[:, 2]
+        for pool, mask in (("all", None), ("small_pool", small == 1), ("large_pool", small == 0)):
+            d = deltas if mask is None else deltas * mask.unsqueeze(1)
+            stats = [self._values[name][pool] for name in self.ARRAYS]
+            current = torch.tensor([v.current for v in stats]) + d.cumsum(0)
+            peaks = current.max(0).values.tolist()
+            added = d.clamp(min=0).sum(0).tolist()
+            removed = (-d).clamp(min=0).sum(0).tolist()
+            for v, now, peak, plus, minus in zip(stats, current[-1].tolist(), peaks, added, removed):
+                v.current = now
+                v.peak = max(v.peak, peak)
+                v.allocated += plus
+                v.freed += minus
+
+    @classmethod
+    def coefficients(cls) -> list:
+        """``[kind][term][array]``: constant, x and y coefficient of each array's delta (``KINDS``)."""
+        return [[[changes.get(name, (0, 0, 0))[term] for name in cls.ARRAYS] for term in range(3)]
+                for changes in cls.KINDS.values()]
+
+    def fold_if_long(self) -> None:
+        if len(self._log) >= self.FOLD_AT:
+            self._fold()
 
     @property
     def values(self) -> dict:
         """name -> pool -> ``_Stat``, with every logged change applied."""
-        if self.log:
+        if self._log:
             self._fold()
         return self._values
 
@@ -213,6 +266,9 @@ class Stats:
         return nested
 
 
+_COEFFICIENTS = Stats.coefficients()
+
+
 class CachingAllocator:
     """Per-device allocator.  ``on_alloc``/``on_free`` report to the runtime's trace.
 
@@ -231,6 +287,11 @@ class CachingAllocator:
         self.next_address = BASE_ADDRESS + next(_regions) * REGION
         self.reserved = 0
         self.stats = Stats()
+        log = self.stats.logger      # each kind of change of the statistics: f(small, x, y)
+        self._malloced, self._freed, self._released = log("malloced"), log("freed"), log("released")
+        self._segment_added, self._segment_removed = log("segment_added"), log("segment_removed")
+        self._split_added, self._split_removed = log("split_added"), log("split_removed")
+        self._split_shrunk = log("split_shrunk")
         self.fraction = 1.0
         self._busy = 0                 # > 0 while the pools are being changed
         self._deferred: list = []      # Blocks that died meanwhile (a finalizer run by the GC)
@@ -269,8 +330,8 @@ class CachingAllocator:
         chunk.owner = block
         chunk.requested = nbytes
         self.runtime.devices[self.device].initialized = True   # using a device activates it
-        self.stats.change((small, "allocation", 1, "active", 1, "allocated_bytes", chunk.size,
-                           "active_bytes", chunk.size, "requested_bytes", nbytes))
+        self._malloced(small, chunk.size, nbytes)
+        self.stats.fold_if_long()
         return block
 
     def fits(self, nbytes: int, stream: int, pool=None) -> bool:
@@ -311,7 +372,7 @@ class CachingAllocator:
         self.next_address += seg_size
         self.reserved += seg_size
         self.stats.counters["num_device_alloc"] += 1
-        self.stats.change((small, "segment", 1, "reserved_bytes", seg_size))
+        self._segment_added(small, seg_size)
         chunk = Chunk(seg, seg.lo, seg_size)
         seg.blocks.append(chunk)
         self.segments.append(seg)
@@ -329,11 +390,11 @@ class CachingAllocator:
             blocks.insert(blocks.index(chunk) + 1, tail)
             self._cache(tail)
             if was_split:       # an inactive split shrinks by the bytes taken
-                self.stats.change((small, "inactive_split_bytes", -size))
+                self._split_shrunk(small, size)
             else:               # a new inactive split (the tail) appears
-                self.stats.change((small, "inactive_split", 1, "inactive_split_bytes", rest))
+                self._split_added(small, rest)
         elif was_split:         # a whole inactive split becomes active
-            self.stats.change((small, "inactive_split", -1, "inactive_split_bytes", -chunk.size))
+            self._split_removed(small, chunk.size)
         return chunk
 
     def _cache(self, chunk: Chunk) -> None:
@@ -381,7 +442,7 @@ class CachingAllocator:
         chunk = block.chunk
         chunk.owner = None
         small = chunk.segment.small
-        self.stats.change((small, "allocation", -1, "allocated_bytes", -chunk.size))
+        self._freed(small, chunk.size)
         self.runtime.on_free(block)
         uses = block.stream_uses - {block.stream}
         if uses:    # the real allocator records an event on each and waits for them before reuse
@@ -394,7 +455,7 @@ class CachingAllocator:
         """Return a chunk to its pool (inactive now), merging it with free neighbours."""
         chunk.pending = False
         small = chunk.segment.small
-        self.stats.change((small, "active", -1, "active_bytes", -chunk.size, "requested_bytes", -chunk.requested))
+        self._released(small, chunk.size, chunk.requested)
         chunk.requested = 0
         blocks = chunk.segment.blocks
         i = blocks.index(chunk)
@@ -403,12 +464,12 @@ class CachingAllocator:
                 other = blocks[j]
                 if not other.allocated and not other.pending:
                     self._uncache(other)
-                    self.stats.change((small, "inactive_split", -1, "inactive_split_bytes", -other.size))
+                    self._split_removed(small, other.size)
                     chunk.lo = min(chunk.lo, other.lo)
                     chunk.size += other.size
                     blocks.remove(other)
         if chunk.split:
-            self.stats.change((small, "inactive_split", 1, "inactive_split_bytes", chunk.size))
+            self._split_added(small, chunk.size)
         self._cache(chunk)
 
     def _process_pending(self, synchronize: bool = False) -> None:
@@ -445,7 +506,7 @@ class CachingAllocator:
                     self._uncache(c)
                 self.reserved -= seg.size
                 self.stats.counters["num_device_free"] += 1
-                self.stats.change((seg.small, "segment", -1, "reserved_bytes", -seg.size))
+                self._segment_removed(seg.small, seg.size)
             else:
                 keep.append(seg)
         self.segments = keep

@@ -152,10 +152,11 @@ class Runtime:
 
     def _kernel_now(self, stream, op, reads, writes, cores, site, graph, collective) -> int:
         with self.lock:
-            seq = self._seq()
+            records = self.trace.records
+            seq = len(records)
             cube, vector = self.devices[stream.device].explicit_limits(stream)
-            self._append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
-                                  site, cores, cube, vector, graph, collective))
+            records.append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
+                                    site, cores, cube, vector, graph, collective))
             self.stream_marks[stream.sid] = seq
             return seq
 
@@ -274,7 +275,8 @@ class Runtime:
             site = site or self.site_hint() or user_site(3)
             self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
                                                        block.lo + block.size, block.requested, site, pool)
-            self._append(T.Alloc(self._seq(), block.bid, site, self._reused(block)))
+            records = self.trace.records
+            records.append(T.Alloc(len(records), block.bid, site, self._reused(block)))
 
     def _reused(self, block) -> Optional[int]:
         """The most recently freed block whose bytes the new one occupies (if any)."""
@@ -282,9 +284,11 @@ class Runtime:
         if not ranges:
             return None
         lo, hi = block.lo, block.lo + block.size
-        i = bisect.bisect_left(ranges, (lo, -1, -1))
-        hits = [r for r in ranges[max(0, i - 1):] if r[0] < hi][:64]
-        hits = [r for r in hits if r[1] > lo]
+        # freed ranges are disjoint (an allocation removes every one it overlaps): only the one
+        # before ``lo`` can reach into the block from the left
+        i = max(0, bisect.bisect_left(ranges, (lo, -1, -1)) - 1)
+        j = bisect.bisect_left(ranges, (hi, -1, -1), i)
+        hits = [r for r in ranges[i:min(j, i + 64)] if r[1] > lo]
         for r in hits:
             ranges.remove(r)
         return max((r[2] for r in hits), default=None)
@@ -300,7 +304,8 @@ class Runtime:
         if block.bid not in self.trace.blocks:
             return  # allocated by an earlier test: not part of this trace
         with self.lock:
-            self._append(T.Free(self._seq(), block.bid, self.site_hint() or user_site(3)))
+            records = self.trace.records
+            records.append(T.Free(len(records), block.bid, self.thread().site or user_site(3)))
             bisect.insort(self.freed_ranges.setdefault(block.device, []),
                           (block.lo, block.lo + block.size, block.bid))
 

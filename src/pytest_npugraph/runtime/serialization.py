@@ -33,7 +33,7 @@ def _state(t) -> dict:
 def deepcopy(t, memo):
     """``copy.deepcopy`` of an NPU tensor: a copy task into a new block; views of one storage stay
     views of one copied storage (the memo), and ``Parameter``-ness, ``requires_grad`` and ``.grad`` carry over."""
-    from .tensor import _is_fake, _launch, _storage_blocks, wrap
+    from .tensor import _is_fake, _launch, block_of_storage, wrap
 
     if id(t) in memo:
         return memo[id(t)]
@@ -49,7 +49,7 @@ def deepcopy(t, memo):
         else:
             storage = copy.deepcopy(p.untyped_storage(), memo)
             payload = torch.empty((0,), dtype=p.dtype).set_(storage, p.storage_offset(), p.size(), p.stride())
-            fresh = storage.nbytes() > 0 and storage.data_ptr() not in _storage_blocks
+            fresh = storage.nbytes() > 0 and block_of_storage(storage.data_ptr()) is None
             new = wrap(payload, t.device.index)
             if fresh:
                 _launch("aten::clone (deepcopy)", t.device.index, [t], [new])

@@ -22,7 +22,22 @@ from .._context import CONTEXT
 from .runtime import current
 
 NPU = "npu"
-_storage_blocks: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+# CPU payload storage address -> weak reference to the Block over it (NPU tensors over one storage share
+# one block); an entry goes when its Block dies
+_storage_blocks: dict = {}
+
+
+def block_of_storage(address: int):
+    """The live Block over the payload storage at ``address``, or None."""
+    ref = _storage_blocks.get(address)
+    return None if ref is None else ref()
+
+
+def _remember_block(address: int, block) -> None:
+    def forget(ref):
+        if _storage_blocks.get(address) is ref:
+            del _storage_blocks[address]
+    _storage_blocks[address] = weakref.ref(block, forget)
 
 
 _Tensor = torch.Tensor
@@ -223,7 +238,8 @@ def _wrap(payload, device_index, stream, site, fresh) -> NpuTensor:
             fresh.append(t)
         return t
     key = storage.data_ptr()
-    block = _storage_blocks.get(key)
+    ref = _storage_blocks.get(key)
+    block = None if ref is None else ref()
     if block is not None:
         return NpuTensor(payload, device_index, block)
     rt = current()
@@ -232,7 +248,7 @@ def _wrap(payload, device_index, stream, site, fresh) -> NpuTensor:
     capture = stream.capture
     block = rt.devices[device_index].allocator.malloc(
         nbytes, stream.sid, pool=capture.pool if capture is not None else None)
-    _storage_blocks[key] = block
+    _remember_block(key, block)
     rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
     t = NpuTensor(payload, device_index, block)
     if fresh is not None:

@@ -36,7 +36,7 @@ def _npu_view(t: torch.Tensor) -> torch.Tensor:
     """The NPU tensor behind ``t``: an op on NPU tensors reaches this kernel with their CPU payloads."""
     from pytest_npugraph.runtime import tensor
 
-    block = None if t.is_npu else tensor._storage_blocks.get(t.untyped_storage().data_ptr())
+    block = None if t.is_npu else tensor.block_of_storage(t.untyped_storage().data_ptr())
     return t if block is None else tensor.NpuTensor(t, block.device, block)
 
 
