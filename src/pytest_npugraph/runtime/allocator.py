@@ -113,7 +113,7 @@ class Block:
             return
         allocator = self.allocator
         if allocator is not None and not self.freed:
-            allocator.free(self)
+            allocator.free(self, sys._getframe(1))   # where the last reference went: the Free's site
 
 
 class _Stat:
@@ -282,7 +282,9 @@ class CachingAllocator:
         self.capacity = capacity
         self.runtime = runtime
         self.segments: list = []
-        self.free_chunks: dict = {}    # (stream, small, pool) -> sorted list of (size, lo, Chunk)
+        # (stream, small, pool) -> sorted list of (size, lo, Chunk): a freed block is reused only on its
+        # allocation stream, in a graph pool too (as CUDA's private pools: torch_npu_api.md §5)
+        self.free_chunks: dict = {}
         self.pending: list = []        # (chunk, {stream: mark})
         self.next_address = BASE_ADDRESS + next(_regions) * REGION
         self.reserved = 0
@@ -340,19 +342,14 @@ class CachingAllocator:
             return False
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
-        free = self.free_chunks.get(self._key(stream, small, pool))
+        free = self.free_chunks.get((stream, small, pool))
         if free and bisect.bisect_left(free, (size, -1)) < len(free):
             return True
         releasable = sum(seg.size for seg in self.segments if self._releasable(seg, pending_ok=True))
         return self.reserved - releasable + segment_size(size, small) <= self.limit
 
-    def _key(self, stream, small, pool):
-        # a freed block is reused only on its allocation stream, in a graph pool too (as CUDA's
-        # private pools: torch_npu_api.md §5)
-        return (stream, small, pool)
-
     def _take_cached(self, size, stream, small, pool) -> Optional[Chunk]:
-        free = self.free_chunks.get(self._key(stream, small, pool))
+        free = self.free_chunks.get((stream, small, pool))
         if not free:
             return None
         i = bisect.bisect_left(free, (size, -1))
@@ -399,12 +396,12 @@ class CachingAllocator:
 
     def _cache(self, chunk: Chunk) -> None:
         seg = chunk.segment
-        bisect.insort(self.free_chunks.setdefault(self._key(seg.stream, seg.small, seg.pool), []),
+        bisect.insort(self.free_chunks.setdefault((seg.stream, seg.small, seg.pool), []),
                       (chunk.size, chunk.lo, chunk))
 
     def _uncache(self, chunk: Chunk) -> None:
         seg = chunk.segment
-        self.free_chunks[self._key(seg.stream, seg.small, seg.pool)].remove((chunk.size, chunk.lo, chunk))
+        self.free_chunks[(seg.stream, seg.small, seg.pool)].remove((chunk.size, chunk.lo, chunk))
 
     def _oom(self, seg_size: Optional[int]):
         import torch
@@ -426,16 +423,18 @@ class CachingAllocator:
             f"memory try setting max_split_size_mb to avoid fragmentation." + pta_error(ErrCode.MEMORY))
 
     # ----------------------------------------------------------------------- free
-    def free(self, block: Block) -> None:
+    def free(self, block: Block, frame=None) -> None:
+        """Free ``block``; ``frame``: the frame that dropped its last reference (where the user's line
+        is looked for first)."""
         if block.freed:
             return
         with self.runtime.lock:
             if self._busy:
                 self._deferred.append(block)
                 return
-            self._locked(self._free, block)
+            self._locked(self._free, block, frame)
 
-    def _free(self, block: Block) -> None:
+    def _free(self, block: Block, frame=None) -> None:
         if block.freed:
             return
         block.freed = True
@@ -443,7 +442,7 @@ class CachingAllocator:
         chunk.owner = None
         small = chunk.segment.small
         self._freed(small, chunk.size)
-        self.runtime.on_free(block)
+        self.runtime.on_free(block, frame)
         uses = block.stream_uses - {block.stream}
         if uses:    # the real allocator records an event on each and waits for them before reuse
             chunk.pending = True

@@ -62,7 +62,7 @@ def user_site(depth: int = 2) -> Site:
         frame = sys._getframe(depth + 1)
     except ValueError:      # called near the bottom of the stack (a script's top level): no user frame above
         return UNKNOWN_SITE
-    return _first_user(frame)
+    return first_user(frame)
 
 
 def caller_of_compiled(depth: int = 2) -> Site:
@@ -86,13 +86,14 @@ def caller_of_compiled(depth: int = 2) -> Site:
             if above is None or not above.f_code.co_filename.endswith(_EVAL_FRAME):
                 break
         frame = frame.f_back
-    return user_site(depth + 1) if entry is None else _first_user(entry)
+    return user_site(depth + 1) if entry is None else first_user(entry)
 
 
 _EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
 
 
-def _first_user(frame) -> Site:
+def first_user(frame) -> Site:
+    """The innermost user frame from ``frame`` outwards."""
     while frame is not None:
         code = frame.f_code
         filename = code.co_filename

@@ -14,7 +14,7 @@ from typing import Optional
 
 from .. import trace as T
 from .._context import CONTEXT
-from .callsite import user_site
+from .callsite import first_user, user_site
 from .device import Device
 from .executor import DeviceHang, Executor
 from .stash import Stash, ThreadState
@@ -284,14 +284,16 @@ class Runtime:
         if not ranges:
             return None
         lo, hi = block.lo, block.lo + block.size
-        # freed ranges are disjoint (an allocation removes every one it overlaps): only the one
-        # before ``lo`` can reach into the block from the left
-        i = max(0, bisect.bisect_left(ranges, (lo, -1, -1)) - 1)
-        j = bisect.bisect_left(ranges, (hi, -1, -1), i)
-        hits = [r for r in ranges[i:min(j, i + 64)] if r[1] > lo]
-        for r in hits:
-            ranges.remove(r)
-        return max((r[2] for r in hits), default=None)
+        # the ranges starting in [lo, hi) overlap it, and the one before ``lo`` may reach into it
+        i = bisect.bisect_left(ranges, (lo, -1, -1))
+        if i and ranges[i - 1][1] > lo:
+            i -= 1
+        j = min(bisect.bisect_left(ranges, (hi, -1, -1), i), i + 64)
+        if i == j:
+            return None
+        hits = ranges[i:j]
+        del ranges[i:j]
+        return max(r[2] for r in hits)
 
     def known_block(self, block) -> None:
         """Name a block allocated by an earlier test's runtime (module-level tensors)."""
@@ -300,12 +302,14 @@ class Runtime:
                                                        block.lo + block.size, block.requested,
                                                        T.Site("<before this test>", 0))
 
-    def on_free(self, block) -> None:
+    def on_free(self, block, frame=None) -> None:
+        """``frame``: where the block's last reference went, if known (else the caller's caller)."""
         if block.bid not in self.trace.blocks:
             return  # allocated by an earlier test: not part of this trace
         with self.lock:
             records = self.trace.records
-            records.append(T.Free(len(records), block.bid, self.thread().site or user_site(3)))
+            site = self.thread().site or (user_site(3) if frame is None else first_user(frame))
+            records.append(T.Free(len(records), block.bid, site))
             bisect.insort(self.freed_ranges.setdefault(block.device, []),
                           (block.lo, block.lo + block.size, block.bid))
 
