@@ -197,6 +197,9 @@ EXAMPLES = {
     "npu_all_gather_base_mm": lambda: ((torch.randn(2, 8), torch.randn(8, 4), "tp", 1), {"gather_output": False}),
     "npu_mm_reduce_scatter_base": lambda: ((torch.randn(4, 8), torch.randn(8, 3), "tp", 1),
                                            {"output_dtype": torch.float16}),
+    "npu_fast_gelu": lambda: ((torch.randn(2, 8, dtype=torch.bfloat16),), {}),
+    "fast_gelu": lambda: ((torch.randn(2, 8),), {}),
+    "npu_fast_gelu_backward": lambda: ((torch.randn(2, 8), torch.randn(2, 8)), {}),
 }
 
 
