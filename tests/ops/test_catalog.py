@@ -200,6 +200,14 @@ EXAMPLES = {
     "npu_fast_gelu": lambda: ((torch.randn(2, 8, dtype=torch.bfloat16),), {}),
     "fast_gelu": lambda: ((torch.randn(2, 8),), {}),
     "npu_fast_gelu_backward": lambda: ((torch.randn(2, 8), torch.randn(2, 8)), {}),
+    "npu_gather_pa_kv_cache": lambda: ((torch.randn(3, 4, 1, 8), torch.randn(3, 4, 1, 2),
+                                        torch.tensor([[2, 0], [1, 2]], dtype=torch.int32),
+                                        torch.tensor([5, 2], dtype=torch.int32), torch.zeros(7, 1, 8),
+                                        torch.zeros(7, 1, 2)), {"seq_offset": torch.tensor([0, 4], dtype=torch.int32)}),
+    "npu_gather_pa_kv_cache_functional": lambda: ((torch.randn(3, 4, 1, 8), torch.randn(3, 4, 1, 2),
+                                                   torch.tensor([[2, 0], [1, 2]], dtype=torch.int32),
+                                                   torch.tensor([0, 5, 7], dtype=torch.int32), torch.zeros(7, 1, 8),
+                                                   torch.zeros(7, 1, 2)), {"is_seq_lens_cumsum": True}),
 }
 
 
