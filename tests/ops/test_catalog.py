@@ -208,6 +208,7 @@ EXAMPLES = {
                                                    torch.tensor([[2, 0], [1, 2]], dtype=torch.int32),
                                                    torch.tensor([0, 5, 7], dtype=torch.int32), torch.zeros(7, 1, 8),
                                                    torch.zeros(7, 1, 2)), {"is_seq_lens_cumsum": True}),
+    "npu_attention_update": lambda: (([torch.randn(4), torch.randn(4)], [torch.randn(4, 8), torch.randn(4, 8)], 1), {}),
 }
 
 
