@@ -209,6 +209,8 @@ EXAMPLES = {
                                                    torch.tensor([0, 5, 7], dtype=torch.int32), torch.zeros(7, 1, 8),
                                                    torch.zeros(7, 1, 2)), {"is_seq_lens_cumsum": True}),
     "npu_attention_update": lambda: (([torch.randn(4), torch.randn(4)], [torch.randn(4, 8), torch.randn(4, 8)], 1), {}),
+    "npu_kronecker_quant": lambda: ((torch.randn(3, 2, 8, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16),
+                                     torch.randn(8, 8, dtype=torch.float16), 0.9, 3), {}),
 }
 
 
