@@ -211,6 +211,7 @@ EXAMPLES = {
     "npu_attention_update": lambda: (([torch.randn(4), torch.randn(4)], [torch.randn(4, 8), torch.randn(4, 8)], 1), {}),
     "npu_kronecker_quant": lambda: ((torch.randn(3, 2, 8, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16),
                                      torch.randn(8, 8, dtype=torch.float16), 0.9, 3), {}),
+    "npu_convert_weight_to_int4pack": lambda: ((torch.randint(-8, 8, (4, 16), dtype=torch.int32),), {"inner_k_tiles": 1}),
 }
 
 

@@ -1,6 +1,6 @@
 """Quantisation: npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_anti_quant,
 npu_dynamic_quant_asymmetric, npu_weight_quant_batchmatmul, npu_dequant_swiglu_quant, npu_kronecker_quant
-(FlatQuant's rotation + per-token int4 quantisation).
+(FlatQuant's rotation + per-token int4 quantisation), npu_convert_weight_to_int4pack.
 
 Formulas follow torch_npu 2.14.0's docstrings (``_op_plugin_docs.py``) and the CANN aclnn docs of the
 same kernels; shapes and argument checks the wheel's meta registrations.  Quantised values round half
@@ -15,7 +15,8 @@ import torch
 
 from ._common import (_DTYPE_MAX, FLOAT4_E2M1FN_X2, HIFLOAT8, _check, _dtype_of, _dtype_str, _quant_round, _scale_values,
                       _unsupported, pack_int4, unpack_int4)
-from .spec import OpSpec, generated, mix, vector
+from .layout import _tag, storage_format
+from .spec import OpSpec, cores, generated, mix, vector
 
 
 # ----------------------------------------------------------------------------- quantisation
@@ -560,6 +561,38 @@ def _kronecker_quant_meta(x, kronecker_p1, kronecker_p2, clip_ratio=None, dst_dt
             x.new_empty([x.size(0)], dtype=torch.float32))
 
 
+# ----------------------------------------------------------------------------- npu_convert_weight_to_int4pack
+_FRACTAL_NZ = 29
+# How TORCH_CHECK prints a tensor's dtype (caffe2::TypeMeta names, GCC spelling).
+_TYPEMETA_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                   torch.bfloat16: "c10::BFloat16", torch.int8: "signed char", torch.uint8: "unsigned char",
+                   torch.int16: "short int", torch.int64: "long int", torch.bool: "bool"}
+
+
+def npu_convert_weight_to_int4pack(weight: torch.Tensor, inner_k_tiles: int = 0) -> torch.Tensor:
+    """Eight consecutive int4 values of the last dim in one int32, the first in the lowest nibble:
+    ``(k, n)`` int32 -> ``(k, n/8)`` int32, the layout ``npu_weight_quant_batchmatmul`` and
+    ``npu_quant_matmul`` read (``_common.pack_int4``).  As torch_npu's host-side packing, each value
+    contributes its low four bits (values outside [-8, 7] wrap); ``inner_k_tiles`` is reserved (unused).
+    A FRACTAL_NZ weight gives a FRACTAL_NZ result (values stay in logical order on the emulated device).
+    Argument checks and messages are torch_npu's (``int4pack_params_check``).
+    """
+    _check(weight.is_contiguous(), "weight should be contiguous")
+    _check(weight.dim() == 2, lambda: f"weight shape only support dim num 2, but it is {weight.dim()}")
+    _check(weight.dtype == torch.int32, lambda: "weight dtype only support int32, but it is "
+                                                + _TYPEMETA_NAMES.get(weight.dtype, str(weight.dtype)))
+    _check(weight.size(0) > 0 and weight.size(1) > 0, "weight dim should be greater than 0")
+    _check(weight.size(1) % 8 == 0, lambda: f"weight last dim should be the multiple of 8, but it is {weight.size(1)}")
+    packed = pack_int4(weight)
+    return _tag(packed, _FRACTAL_NZ) if storage_format(weight) == _FRACTAL_NZ else packed
+
+
+def _convert_weight_to_int4pack_meta(weight, inner_k_tiles=0):
+    _check(weight.dim() == 2, lambda: f"weight shape only support dim num 2, but it is {weight.dim()}")
+    _check(weight.size(1) % 8 == 0, lambda: f"weight last dim should be the multiple of 8, but it is {weight.size(1)}")
+    return weight.new_empty([weight.size(0), weight.size(1) // 8], dtype=torch.int32)
+
+
 SPECS = [
     OpSpec("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
            "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)",
@@ -588,4 +621,7 @@ SPECS = [
            meta=_dequant_swiglu_quant_meta),
     # Two small matmuls on the cube cores, the quantisation on the vector cores.
     OpSpec(generated("npu_kronecker_quant"), npu_kronecker_quant, mix(), meta=_kronecker_quant_meta),
+    # torch_npu packs on the host (device -> host copy, CPU loop, host -> device copy): no AI Core kernel.
+    OpSpec(generated("npu_convert_weight_to_int4pack"), npu_convert_weight_to_int4pack,
+           cores("AICPU", limit_applies=False), meta=_convert_weight_to_int4pack_meta),
 ]
