@@ -212,6 +212,8 @@ EXAMPLES = {
     "npu_kronecker_quant": lambda: ((torch.randn(3, 2, 8, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16),
                                      torch.randn(8, 8, dtype=torch.float16), 0.9, 3), {}),
     "npu_convert_weight_to_int4pack": lambda: ((torch.randint(-8, 8, (4, 16), dtype=torch.int32),), {"inner_k_tiles": 1}),
+    "npu_dynamic_mx_quant": lambda: ((torch.randn(2, 96, dtype=torch.bfloat16),), {"axis": -1, "dst_type": 24,
+                                                                                  "block_size": 32, "scale_alg": 1}),
 }
 
 
