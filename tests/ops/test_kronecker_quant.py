@@ -6,6 +6,8 @@ vec(X)`` for row-major vec), the quantisation element by element in Python, and 
 arithmetic on Python ints."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -100,7 +102,8 @@ def test_meta_shapes():
     (dict(p1=torch.zeros(M, M, dtype=torch.bfloat16)), RuntimeError, "must have x's dtype"),
     (dict(p2=torch.zeros(8, 8, dtype=torch.float16)), RuntimeError, r"kronecker_p2 must be \[N, N\]"),
     (dict(clip_ratio=1.5), RuntimeError, r"clip_ratio must be in \(0, 1\]"),
-    (dict(dst_dtype=296), NotImplementedError, "float4_e2m1fn_x2"),
+    (dict(dst_dtype=296, x=torch.zeros(K, M, 15, dtype=torch.float16), p2=torch.zeros(15, 15, dtype=torch.float16)),
+     RuntimeError, "last dim of x must be even"),
 ])
 def test_argument_errors(npugraph, change, error, message):
     x, p1, p2 = _inputs()
@@ -111,9 +114,49 @@ def test_argument_errors(npugraph, change, error, message):
                                       clip_ratio=args["clip_ratio"], dst_dtype=args["dst_dtype"])
 
 
+def test_mxfp4_dst_type_max_is_refused_clearly(npugraph):
+    x, p1, p2 = _inputs()
+    with pytest.raises(NotImplementedError, match="dst_type_max"):
+        torch_npu.npu_kronecker_quant(x.npu(), p1.npu(), p2.npu(), dst_dtype=296, dst_type_max=6.0)
+
+
+def _e2m1(code: int) -> float:
+    """FP4 E2M1 from its bits: sign, 2 exponent bits (bias 1), 1 mantissa bit."""
+    exp, man = (code >> 1) & 3, code & 1
+    value = man * 0.5 if exp == 0 else 2.0 ** (exp - 1) * (1 + man / 2)
+    return -value if code & 8 else value
+
+
+@pytest.mark.parametrize("right", [True, False], ids=["P1 x P2", "P2 [0, 0]: left only"])
+def test_mxfp4_output_is_mx_quantised_in_groups_of_32(npugraph, right):
+    """vLLM-Ascend's W4A4 MXFP4 FlatQuant: ``dst_dtype=torch_npu.float4_e2m1fn_x2``; aclnnFlatQuant's pergroup mode."""
+    x, p1, p2 = _inputs(6)
+    x = torch.cat([x, x * 40], dim=0)                                  # slices of different magnitude
+    k = x.size(0)
+    p2_arg = p2 if right else torch.empty(0, 0, dtype=p2.dtype)
+    out, scale = torch_npu.npu_kronecker_quant(x.npu(), p1.npu(), p2_arg.npu(), 0.5, 296)
+    assert (out.shape, out.dtype, scale.shape, scale.dtype) == ((k, M * N // 2), torch.uint8, (k, 1, 2), torch.uint8)
+    p2_eff = p2.double() if right else torch.eye(N, dtype=torch.float64)
+    kron = torch.kron(p1.double(), p2_eff.T.contiguous())
+    rotated = x.double().reshape(k, M * N) @ kron.T
+    grid = sorted({abs(_e2m1(c)) for c in range(8)})
+    for r in range(k):
+        codes = [c for byte in out.cpu()[r].tolist() for c in (byte & 0xF, byte >> 4)]
+        for g in range(0, M * N, 32):
+            group = rotated[r, g:g + 32].tolist()
+            shared = math.frexp(max(abs(v) for v in group))[1] - 1 - 2    # floor(log2(amax)) - emax(E2M1)
+            assert scale.cpu()[r].reshape(-1)[g // 32].item() == shared + 127
+            for v, c in zip(group, codes[g:g + 32]):
+                target = min(6.0, abs(v) / 2.0 ** shared)                  # saturates at E2M1's 6
+                best = min(abs(q - target) for q in grid)
+                assert abs(abs(_e2m1(c)) - target) <= best + 1e-5          # a nearest E2M1 value (float32 ties)
+                assert _e2m1(c) == 0 or (_e2m1(c) < 0) == (v < 0)
+
+
 def _flatquant(x, p1, p2):
     q, scale = torch_npu.npu_kronecker_quant(x.view(-1, M, N), p1, p2, clip_ratio=0.9, dst_dtype=torch.int32)
-    return q.view(-1, M * N // 8), scale * 1.0
+    q4, scale4 = torch_npu.npu_kronecker_quant(x.view(-1, M, N), p1, p2, 1.0, dst_dtype=296)
+    return q.view(-1, M * N // 8), scale * 1.0, q4 + 0, scale4 + 0
 
 
 @pytest.mark.parametrize("mode", ["ge", "npugraph_ex", "reduce-overhead"])

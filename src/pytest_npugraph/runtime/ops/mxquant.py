@@ -110,7 +110,15 @@ def npu_dynamic_mx_quant(input: torch.Tensor, *, axis: int = -1, round_mode: str
     if alg == 2 or dst_type_max != 0.0:
         raise _unsupported(_OP, "scale_alg=2 / dst_type_max (the V3 kernel's FP4 scale algorithm)")
 
-    x = input.to(torch.float32).movedim(axis, -1)
+    return mx_quantize(input.to(torch.float32), axis, dst, block_size, alg, round_mode, max_low_bound)
+
+
+def mx_quantize(x: torch.Tensor, axis: int, dst: str, block_size: int = 32, alg: int = 0, round_mode: str = "rint",
+                max_low_bound: float = 0.0):
+    """The MX quantisation of float32 ``x`` along ``axis`` (no argument checks): ``(y, mxscale)``, ``dst`` one of
+    "e4m3fn", "e5m2" (y in that float8 dtype), "e2m1", "e1m2" (y packed uint8)."""
+    axis = axis % x.dim()
+    x = x.movedim(axis, -1)
     n = x.size(-1)
     blocks = math.ceil(n / block_size)
     padded = torch.nn.functional.pad(x, (0, blocks * block_size - n))

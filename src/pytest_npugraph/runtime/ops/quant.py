@@ -16,6 +16,7 @@ import torch
 from ._common import (_DTYPE_MAX, FLOAT4_E2M1FN_X2, HIFLOAT8, _check, _dtype_of, _dtype_str, _quant_round, _scale_values,
                       _unsupported, pack_int4, unpack_int4)
 from .layout import _tag, storage_format
+from .mxquant import mx_quantize
 from .spec import OpSpec, cores, generated, mix, vector
 
 
@@ -522,15 +523,26 @@ def npu_kronecker_quant(x: torch.Tensor, kronecker_p1: torch.Tensor, kronecker_p
         out[k] = saturate(rint(x''[k] / quant_scale[k]), -8, 7)
 
     ``out`` packs eight int4 values per int32 along N (``[K, M, N/8]``, the layout ``npu_quant_matmul``
-    reads); ``quant_scale`` is float32 ``[K]``.  The matmuls run in float32.  The mxfp4 output
-    (``dst_dtype=torch_npu.float4_e2m1fn_x2``, Ascend 950) is not emulated.
+    reads); ``quant_scale`` is float32 ``[K]``.  The matmuls run in float32.
+
+    ``dst_dtype=torch_npu.float4_e2m1fn_x2`` (aclnnFlatQuant's "pergroup" mode): ``x''`` reshaped to
+    ``[K, M*N]`` is MX-quantised to FP4 E2M1 in groups of 32 (OCP scales, rint; ``mxquant.mx_quantize``):
+    ``out`` uint8 ``[K, M*N/2]`` (two values per byte), ``quant_scale`` E8M0 bytes ``[K, ceil(M*N/64), 2]``;
+    a ``[0, 0]`` ``kronecker_p2`` means no right matmul.
+    The aclnn doc's pergroup formula has no clip ratio, so ``clip_ratio`` does not enter it; a non-zero
+    ``dst_type_max`` is not emulated.
     """
     op = "npu_kronecker_quant"
     mode = _kronecker_dst(dst_dtype)
     if mode == "mxfp4":
-        raise _unsupported(op, "dst_dtype=torch_npu.float4_e2m1fn_x2 (per-group mxfp4 output)")
-    _check(x.dim() == 3, lambda: f"{op}: x must be 3-dimensional [K, M, N], but got {list(x.shape)}")
-    _check(x.size(-1) % 8 == 0, "last dim of input x must be divisible by 8")
+        _check(x.dim() == 3, "the dim num of input x must be 3")
+        _check(x.size(-1) % 2 == 0, lambda: f"{op}: the last dim of x must be even for float4_e2m1 output, but got "
+                                            f"{x.size(-1)}")
+        if dst_type_max:
+            raise _unsupported(op, "dst_type_max with the float4_e2m1fn_x2 output")
+    else:
+        _check(x.dim() == 3, lambda: f"{op}: x must be 3-dimensional [K, M, N], but got {list(x.shape)}")
+        _check(x.size(-1) % 8 == 0, "last dim of input x must be divisible by 8")
     _check(x.dtype in _KRONECKER_DTYPES, lambda: f"{op}: x dtype must be float16 or bfloat16, but got {x.dtype}")
     _check(kronecker_p1.dtype == x.dtype and kronecker_p2.dtype == x.dtype,
            lambda: f"{op}: kronecker_p1 ({kronecker_p1.dtype}) and kronecker_p2 ({kronecker_p2.dtype}) must have "
@@ -538,12 +550,15 @@ def npu_kronecker_quant(x: torch.Tensor, kronecker_p1: torch.Tensor, kronecker_p
     m, n = x.size(1), x.size(2)
     _check(tuple(kronecker_p1.shape) == (m, m), lambda: f"{op}: kronecker_p1 must be [M, M] = {[m, m]}, but got "
                                                         f"{list(kronecker_p1.shape)}")
-    _check(tuple(kronecker_p2.shape) == (n, n), lambda: f"{op}: kronecker_p2 must be [N, N] = {[n, n]}, but got "
-                                                        f"{list(kronecker_p2.shape)}")
+    left_only = mode == "mxfp4" and tuple(kronecker_p2.shape) == (0, 0)   # pergroup: [0, 0] skips the right matmul
+    _check(left_only or tuple(kronecker_p2.shape) == (n, n),
+           lambda: f"{op}: kronecker_p2 must be [N, N] = {[n, n]}, but got {list(kronecker_p2.shape)}")
     ratio = 1.0 if clip_ratio is None else float(clip_ratio)
     _check(0.0 < ratio <= 1.0, lambda: f"{op}: clip_ratio must be in (0, 1], but got {ratio}")
-    rotated = torch.matmul(kronecker_p1.to(torch.float32), torch.matmul(x.to(torch.float32),
-                                                                        kronecker_p2.to(torch.float32)))
+    right = x.to(torch.float32) if left_only else torch.matmul(x.to(torch.float32), kronecker_p2.to(torch.float32))
+    rotated = torch.matmul(kronecker_p1.to(torch.float32), right)
+    if mode == "mxfp4":
+        return mx_quantize(rotated.reshape(x.size(0), m * n), -1, "e2m1")
     scale = rotated.abs().amax(dim=(1, 2)) * ratio / 7.0
     safe = torch.where(scale == 0, torch.ones_like(scale), scale)
     q = torch.round(rotated / safe.reshape(-1, 1, 1)).clamp_(-8, 7).to(torch.int8)
