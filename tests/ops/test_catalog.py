@@ -197,6 +197,23 @@ EXAMPLES = {
     "npu_all_gather_base_mm": lambda: ((torch.randn(2, 8), torch.randn(8, 4), "tp", 1), {"gather_output": False}),
     "npu_mm_reduce_scatter_base": lambda: ((torch.randn(4, 8), torch.randn(8, 3), "tp", 1),
                                            {"output_dtype": torch.float16}),
+    "npu_fast_gelu": lambda: ((torch.randn(2, 8, dtype=torch.bfloat16),), {}),
+    "fast_gelu": lambda: ((torch.randn(2, 8),), {}),
+    "npu_fast_gelu_backward": lambda: ((torch.randn(2, 8), torch.randn(2, 8)), {}),
+    "npu_gather_pa_kv_cache": lambda: ((torch.randn(3, 4, 1, 8), torch.randn(3, 4, 1, 2),
+                                        torch.tensor([[2, 0], [1, 2]], dtype=torch.int32),
+                                        torch.tensor([5, 2], dtype=torch.int32), torch.zeros(7, 1, 8),
+                                        torch.zeros(7, 1, 2)), {"seq_offset": torch.tensor([0, 4], dtype=torch.int32)}),
+    "npu_gather_pa_kv_cache_functional": lambda: ((torch.randn(3, 4, 1, 8), torch.randn(3, 4, 1, 2),
+                                                   torch.tensor([[2, 0], [1, 2]], dtype=torch.int32),
+                                                   torch.tensor([0, 5, 7], dtype=torch.int32), torch.zeros(7, 1, 8),
+                                                   torch.zeros(7, 1, 2)), {"is_seq_lens_cumsum": True}),
+    "npu_attention_update": lambda: (([torch.randn(4), torch.randn(4)], [torch.randn(4, 8), torch.randn(4, 8)], 1), {}),
+    "npu_kronecker_quant": lambda: ((torch.randn(3, 2, 8, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16),
+                                     torch.randn(8, 8, dtype=torch.float16), 0.9, 3), {}),
+    "npu_convert_weight_to_int4pack": lambda: ((torch.randint(-8, 8, (4, 16), dtype=torch.int32),), {"inner_k_tiles": 1}),
+    "npu_dynamic_mx_quant": lambda: ((torch.randn(2, 96, dtype=torch.bfloat16),), {"axis": -1, "dst_type": 24,
+                                                                                  "block_size": 32, "scale_alg": 1}),
 }
 
 

@@ -129,25 +129,25 @@ def test_the_snippet_in_the_message_is_valid_python():
 
 def test_ops_without_math_on_npu_tensors_raise_the_same_error(npugraph):
     x = torch.randn(4, 8).npu()
-    with pytest.raises(NotImplementedError, match=r"npu_fast_gelu.*\n.*Schema: npu::npu_fast_gelu"):
-        torch_npu.npu_fast_gelu(x)
+    with pytest.raises(NotImplementedError, match=r"npu_mish.*\n.*Schema: npu::npu_mish"):
+        torch_npu.npu_mish(x)
 
 
 def test_meta_of_ops_without_math_follows_the_schema():
     x = torch.empty(3, 4, device="meta")
     assert torch.ops.npu.npu_silu_(x) is x                 # Tensor(a!) -> the aliased argument
     assert torch.ops.npu.npu_format_cast_.acl_format(x, 2) is not None
-    with pytest.raises(NotImplementedError, match="npu_fast_gelu.*has no CPU implementation"):
-        torch.ops.npu.npu_fast_gelu(x)                     # result shape unknown: refuse clearly
+    with pytest.raises(NotImplementedError, match="npu_mish.*has no CPU implementation"):
+        torch.ops.npu.npu_mish(x)                          # result shape unknown: refuse clearly
 
 
 def test_tracing_an_op_without_math_raises_the_clear_error():
     def f(x):
-        return torch_npu.npu_fast_gelu(x) + 1
+        return torch_npu.npu_mish(x) + 1
 
     with pytest.raises(Exception) as info:
         torch.compile(f, backend="eager", fullgraph=True)(torch.randn(4))
-    assert "npu_fast_gelu" in str(info.value) and "pytest_npugraph_register_ops" in str(info.value)
+    assert "npu_mish" in str(info.value) and "pytest_npugraph_register_ops" in str(info.value)
 
 
 def test_ops_without_math_have_a_core_profile_guessed_from_the_name():
@@ -159,7 +159,7 @@ def test_ops_without_math_have_a_core_profile_guessed_from_the_name():
         == ("all", "all")
     assert table["npu_bmmV2"].cores["cube"] == "all" and table["npu_bmmV2"].cores["vector"] == 0
     assert table["npu_prompt_flash_attention"].cores["kind"] == "AICore"
-    assert table["npu_fast_gelu"].cores == {"kind": "AIV", "cube": 0, "vector": "all", "all_resident": False,
+    assert table["npu_mish"].cores == {"kind": "AIV", "cube": 0, "vector": "all", "all_resident": False,
                                             "limit_applies": True}
     assert library.cores_of("npu_mm_reduce_scatter_base")["kind"] == "MC2"
 
@@ -187,10 +187,10 @@ import torch, torch_npu
 
 def test_user_math_replaces_the_missing_one(npugraph):
     x = torch.randn(3, 4)
-    y = torch_npu.npu_fast_gelu(x.npu())
+    y = torch_npu.npu_mish(x.npu())
     torch.testing.assert_close(y.cpu(), x * 2)
-    assert torch.ops.npu.npu_fast_gelu(x).sum() == (x * 2).sum()
-    kernels = [r for r in npugraph.trace.records if type(r).__name__ == "Kernel" and "npu_fast_gelu" in r.op]
+    assert torch.ops.npu.npu_mish(x).sum() == (x * 2).sum()
+    kernels = [r for r in npugraph.trace.records if type(r).__name__ == "Kernel" and "npu_mish" in r.op]
     assert kernels and kernels[0].cores.kind == "AICPU"
 
 def test_user_math_replaces_the_emulators(npugraph):
@@ -201,8 +201,8 @@ def test_a_users_own_schema_replaces_the_real_one():
 
 def test_others_still_raise():
     import pytest
-    with pytest.raises(NotImplementedError, match="npu_fast_gelu_backward"):
-        torch_npu.npu_fast_gelu_backward(torch.ones(1), torch.ones(1))
+    with pytest.raises(NotImplementedError, match="npu_mish_backward"):
+        torch_npu.npu_mish_backward(torch.ones(1), torch.ones(1))
 """
 
 
@@ -210,7 +210,7 @@ def test_a_user_hook_overrides_a_generated_op_and_a_family_op(pytester):
     pytester.makeconftest("""
         import torch
         def pytest_npugraph_register_ops(registry):
-            registry.register("npu_fast_gelu", "npu_fast_gelu(Tensor self) -> Tensor", lambda self: self * 2,
+            registry.register("npu_mish", "npu_mish(Tensor self) -> Tensor", lambda self: self * 2,
                               cores={"kind": "AICPU"})
             registry.register("npu_swiglu", "npu_swiglu(Tensor self, int dim=-1) -> Tensor",
                               lambda self, dim=-1: torch.tensor([[7.0]]))

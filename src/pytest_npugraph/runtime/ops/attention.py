@@ -1,10 +1,12 @@
-"""Inference attention and npu_rotary_mul.
+"""Inference attention, npu_attention_update and npu_rotary_mul.
 
 npu_fused_infer_attention_score (v1; v2 is v1's math under v2's argument names plus learnable_sink),
 its ``.out`` overloads that write caller-owned buffers (vLLM-Ascend's graph-capture path, with
 ``_npu_fused_infer_attention_score*_get_max_workspace`` / ``*_infer_output`` for the buffers), and the
 older prefill/decode entry points npu_prompt_flash_attention and npu_incre_flash_attention, both the
 same math.  FIA v1/v2 and their ``.out`` are graph-updatable under ``torch.npu.graph`` auto-dispatch.
+npu_attention_update merges the partial outputs of attention over disjoint KV parts (vLLM-Ascend's
+context-parallel and chunked-prefill paths) through their log-sum-exps.
 """
 from __future__ import annotations
 
@@ -76,6 +78,55 @@ def _rotary_mul_grad(ctx, grad):
     self, r1, r2 = ctx.saved_tensors
     dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, self, r1, r2, ctx.rotary_mode)
     return dx, dr1, dr2, None, None
+
+
+# ----------------------------------------------------------------------------- attention_update
+_ATTENTION_UPDATE_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def npu_attention_update(lse, local_out, update_type: int):
+    """AttentionUpdate (torch_npu doc, CANN aclnnAttentionUpdate): ``sp`` partial results, each ``lse_i``
+    ``[N]`` (float32) with ``O_i`` ``[N, head_dim]``, become the global result::
+
+        lse_max = max_i lse_i;  lse_m = lse_max + log(sum_i exp(lse_i - lse_max))
+        O = sum_i O_i * exp(lse_i - lse_m)
+
+    Returns ``(O, lse_m)``; O has ``local_out[0]``'s dtype, computed in float32.  ``update_type`` 0 does not
+    produce ``lse_m``: torch_npu allocates it only for ``update_type == 1`` and returns an undefined tensor
+    (``None`` in Python) otherwise; the meta kernel still gives it ``lse[0]``'s shape.
+    """
+    op = "npu_attention_update"
+    sp = len(lse)
+    _check(update_type in (0, 1), lambda: f"{op}: update_type must be 0 (no lse_out) or 1 (lse_out), but got "
+                                          f"{update_type}")
+    _check(1 <= sp <= 16, lambda: f"{op}: the sequence-parallel degree sp = len(lse) must be in [1, 16], but got {sp}")
+    _check(len(local_out) == sp, lambda: f"{op}: lse and local_out must have the same length (sp), but got {sp} and "
+                                         f"{len(local_out)}")
+    ref, ref_lse = local_out[0], lse[0]
+    _check(ref.dim() == 2, lambda: f"{op}: local_out tensors must be 2-D [batch * seqLen * headNum, head_dim], but "
+                                   f"got {list(ref.shape)}")
+    rows, head_dim = ref.shape
+    _check(8 <= head_dim <= 512 and head_dim % 8 == 0,
+           lambda: f"{op}: head_dim must be a multiple of 8 in [8, 512], but got {head_dim}")
+    _check(ref.dtype in _ATTENTION_UPDATE_OUT_DTYPES,
+           lambda: f"{op}: local_out dtype must be float32, float16 or bfloat16, but got {ref.dtype}")
+    for i in range(sp):
+        _check(lse[i].dtype == torch.float32, lambda: f"{op}: lse[{i}] must be float32, but got {lse[i].dtype}")
+        _check(tuple(lse[i].shape) == (rows,), lambda: f"{op}: lse[{i}] must have shape [{rows}] "
+                                                       f"(batch * seqLen * headNum), but got {list(lse[i].shape)}")
+        _check(tuple(local_out[i].shape) == (rows, head_dim) and local_out[i].dtype == ref.dtype,
+               lambda: f"{op}: local_out[{i}] must be {ref.dtype} {[rows, head_dim]} like local_out[0], but got "
+                       f"{local_out[i].dtype} {list(local_out[i].shape)}")
+    stacked = torch.stack([t.to(torch.float32) for t in lse])                # [sp, N]
+    lse_max = stacked.max(dim=0).values
+    lse_m = lse_max + torch.log(torch.exp(stacked - lse_max).sum(dim=0))
+    weights = torch.exp(stacked - lse_m)                                     # [sp, N]
+    out = sum(w.unsqueeze(-1) * o.to(torch.float32) for w, o in zip(weights, local_out))
+    return out.to(ref.dtype), (lse_m if update_type == 1 else None)
+
+
+def _attention_update_meta(lse, local_out, update_type):
+    return torch.empty_like(local_out[0]), torch.empty_like(lse[0])
 
 
 # ----------------------------------------------------------------------------- attention
@@ -571,6 +622,7 @@ SPECS = [
     OpSpec("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
            npu_rotary_mul, vector(), autograd=(_rotary_mul_setup, _rotary_mul_grad)),
     OpSpec(generated("npu_rotary_mul_backward"), npu_rotary_mul_backward, vector()),
+    OpSpec(generated("npu_attention_update"), npu_attention_update, vector(), meta=_attention_update_meta),
     OpSpec("npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
            "Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
            "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, "

@@ -1,4 +1,4 @@
-"""Norms and activations: npu_swiglu, npu_rms_norm, npu_add_rms_norm (and v2, in place), and the
+"""Norms and activations: npu_swiglu, npu_fast_gelu (and fast_gelu, npu_fast_gelu_backward), npu_rms_norm, npu_add_rms_norm (and v2, in place), and the
 residual-add norms fused with quantisation: npu_add_rms_norm_quant (static quant of the norm output),
 npu_add_rms_norm_dynamic_quant (per-row dynamic quant, up to two smoothed outputs), npu_add_layer_norm.
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import _ENUM_TO_DTYPE, HIFLOAT8, INT4, _check, _dtype_str, _quant_round, _unsupported, pack_int4
-from .spec import OpSpec, vector
+from .spec import OpSpec, generated, vector
 
 
 # ----------------------------------------------------------------------------- elementwise / norms
@@ -24,6 +24,54 @@ def npu_swiglu(self: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a = self.narrow(dim, 0, half).to(torch.float32)
     b = self.narrow(dim, half, half).to(torch.float32)
     return (F.silu(a) * b).to(self.dtype)
+
+
+_FAST_GELU_DTYPES = (torch.float16, torch.float32, torch.bfloat16)
+_FAST_GELU_ALPHA = 1.702
+
+
+def _fast_gelu_input(x: torch.Tensor, op: str) -> torch.Tensor:
+    _check(x.dtype in _FAST_GELU_DTYPES,
+           lambda: f"{op}: input dtype {x.dtype} is not supported (float16, float32 and bfloat16 are)")
+    _check(x.dim() <= 8, lambda: f"{op}: input may have at most 8 dims, but got {x.dim()}")
+    return x.to(torch.float32)
+
+
+def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
+    """FastGelu, ``x / (1 + exp(-1.702 x))``.
+
+    torch_npu's doc gives two formulas: ``x / (1 + exp(-1.702|x|)) * exp(0.851 x (x - |x|))`` (Atlas
+    training/inference series; the ``x`` after 0.851 is a multiplication sign, as in CANN's FastGelu
+    formula) and ``x / (1 + exp(-1.702 x))`` (A2/A3).  For ``x < 0`` the first is the second with
+    numerator and denominator multiplied by ``exp(1.702 x)``: both are ``x * sigmoid(1.702 x)``, computed
+    here through ``sigmoid`` (no overflow) whatever the chip.
+    """
+    x = _fast_gelu_input(self, "npu_fast_gelu")
+    return (x * torch.sigmoid(_FAST_GELU_ALPHA * x)).to(self.dtype)
+
+
+def fast_gelu(self: torch.Tensor) -> torch.Tensor:
+    """``torch_npu.fast_gelu``: the same FastGelu kernel as ``npu_fast_gelu``."""
+    x = _fast_gelu_input(self, "fast_gelu")
+    return (x * torch.sigmoid(_FAST_GELU_ALPHA * x)).to(self.dtype)
+
+
+def npu_fast_gelu_backward(grad: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
+    """FastGeluGrad: ``grad * d/dx[x * sigmoid(1.702 x)] = grad * s * (1 + 1.702 x (1 - s))``, s = sigmoid(1.702 x)."""
+    x = _fast_gelu_input(self, "npu_fast_gelu_backward")
+    _check(grad.shape == self.shape, lambda: f"npu_fast_gelu_backward: grad shape {list(grad.shape)} must match "
+                                             f"self shape {list(self.shape)}")
+    s = torch.sigmoid(_FAST_GELU_ALPHA * x)
+    return (grad.to(torch.float32) * s * (1 + _FAST_GELU_ALPHA * x * (1 - s))).to(self.dtype)
+
+
+def _fast_gelu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _fast_gelu_grad(ctx, grad):
+    self, = ctx.saved_tensors
+    return torch.ops.npu.npu_fast_gelu_backward(grad, self)
 
 
 def npu_rms_norm(self: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06):
@@ -236,6 +284,10 @@ def _add_layer_norm_meta(x1, x2, gamma, beta, epsilon=1e-05, additional_output=F
 
 SPECS = [
     OpSpec("npu_swiglu(Tensor self, int dim=-1) -> Tensor", npu_swiglu, vector()),
+    # Both FastGelu ops have torch_npu autograd formulas (NpuFastGeluBackward0, FastGeluBackward0).
+    OpSpec(generated("npu_fast_gelu"), npu_fast_gelu, vector(), autograd=(_fast_gelu_setup, _fast_gelu_grad)),
+    OpSpec(generated("fast_gelu"), fast_gelu, vector(), autograd=(_fast_gelu_setup, _fast_gelu_grad)),
+    OpSpec(generated("npu_fast_gelu_backward"), npu_fast_gelu_backward, vector()),
     OpSpec("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
            npu_rms_norm, vector()),
     OpSpec("npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",

@@ -1,6 +1,9 @@
 """Paged KV cache: the ATB ops (``torch.ops.atb``) ``_npu_reshape_and_cache``, which writes new
 key/value rows into block caches, and ``_npu_paged_attention``, which decodes against them; and the
-aclnn op ``npu_scatter_pa_kv_cache(_functional)`` that newer vLLM-Ascend uses for the same write.
+aclnn op ``npu_scatter_pa_kv_cache(_functional)`` that newer vLLM-Ascend uses for the same write; and its
+inverse ``npu_gather_pa_kv_cache(_functional)``, which copies each sequence's cached rows back into one
+contiguous ``[num_tokens, heads, head_size]`` key/value (vLLM-Ascend's MLA chunked-prefill context load and
+its KV-transfer connectors).
 
 Why: vLLM-Ascend's decode path calls ``torch_npu._npu_reshape_and_cache(key, value, key_cache,
 value_cache, slot_indices)`` then ``torch_npu._npu_paged_attention(query, key_cache, value_cache,
@@ -21,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ._common import _check
+from .layout import storage_format
 from .spec import OpSpec, cores, generated, vector
 
 _INT_INDICES = (torch.int32, torch.int64)
@@ -99,6 +103,97 @@ def npu_scatter_pa_kv_cache_functional(key, value, key_cache, value_cache, slot_
     return key_cache, value_cache
 
 
+_FRACTAL_NZ = 29
+
+
+def _gather_pa(key_cache, value_cache, block_tables, seq_lens, key, value, seq_offset, is_seq_lens_cumsum, op):
+    """GatherPaKvCache (CANN aclnnGatherPaKvCache): sequence ``b``'s ``n_b`` tokens, in order, go to the next
+    ``n_b`` rows of ``key``/``value``.  Token ``j`` of sequence ``b`` is cached in block
+    ``block_tables[b, seq_offset[b] // block_size + j // block_size]`` at slot ``j % block_size`` (the offset
+    only moves the first block, as the aclnn doc says).  ``n_b`` is ``seq_lens[b]``, or
+    ``seq_lens[b+1] - seq_lens[b]`` when ``is_seq_lens_cumsum``.  The cache layout is the one torch_npu
+    picks from ``get_npu_format(key_cache)``: FRACTAL_NZ -> "PA_NZ" (caches
+    ``[num_blocks, heads * head_size // last, block_size, last]``, a token's row read ``last``-wide),
+    else "Norm" (``[num_blocks, block_size, heads, head_size]``).  Rows past ``key.size(0)`` are not
+    written (the kernel stops when the output is full); rows past the gathered tokens keep their values.
+    """
+    nz = storage_format(key_cache) == _FRACTAL_NZ
+    for name, cache, out in (("key", key_cache, key), ("value", value_cache, value)):
+        _check(cache.dim() == 4, lambda: f"{op}: {name}_cache must be 4-dimensional, but got {cache.dim()} dims")
+        _check(out.dtype == cache.dtype, lambda: f"{op}: {name} dtype {out.dtype} must match {name}_cache dtype "
+                                                 f"{cache.dtype}")
+        if nz:
+            width = out[0].numel() if out.size(0) else cache.size(1) * cache.size(3)
+            _check(cache.size(1) * cache.size(3) == width,
+                   lambda: f"{op}: a {name} row of {width} values does not match {name}_cache's PA_NZ columns "
+                           f"{cache.size(1)} x {cache.size(3)}")
+        else:
+            _check(out.dim() == 3 and tuple(out.shape[1:]) == tuple(cache.shape[2:]),
+                   lambda: f"{op}: {name} must be [num_tokens, {cache.size(2)}, {cache.size(3)}] for a {name}_cache "
+                           f"of {list(cache.shape)}, but got {list(out.shape)}")
+    _check(key.size(0) == value.size(0), lambda: f"{op}: key and value must have the same number of tokens, but got "
+                                                 f"{key.size(0)} and {value.size(0)}")
+    _check(value_cache.size(0) == key_cache.size(0) and value_cache.size(-2 if nz else 1) == key_cache.size(
+        -2 if nz else 1), lambda: f"{op}: key_cache {list(key_cache.shape)} and value_cache "
+                                  f"{list(value_cache.shape)} must have the same blocks and block_size")
+    for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens)) + (
+            (("seq_offset", seq_offset),) if seq_offset is not None else ()):
+        _check(t.dtype in _INT_INDICES, lambda: f"{op}: {name} must be int32 or int64, but got {t.dtype}")
+    _check(block_tables.dim() == 2, lambda: f"{op}: block_tables must be 2-dimensional [batch, max_blocks], but "
+                                            f"got {list(block_tables.shape)}")
+    lens = seq_lens.reshape(-1).tolist()
+    if is_seq_lens_cumsum:
+        _check(len(lens) >= 1 and lens[0] == 0,
+               lambda: f"{op}: with is_seq_lens_cumsum=True seq_lens holds batch + 1 cumulative lengths starting at "
+                       f"0, but got {lens}")
+        lens = [b - a for a, b in zip(lens, lens[1:])]
+    batch = len(lens)
+    _check(block_tables.size(0) == batch,
+           lambda: f"{op}: block_tables has {block_tables.size(0)} rows but seq_lens gives {batch} sequences"
+                   + (" (batch + 1 values with is_seq_lens_cumsum=True)" if is_seq_lens_cumsum else ""))
+    offsets = [0] * batch if seq_offset is None else seq_offset.reshape(-1).tolist()
+    _check(len(offsets) == batch, lambda: f"{op}: seq_offset must hold {batch} offsets, but got {len(offsets)}")
+    num_blocks, block_size = key_cache.size(0), key_cache.size(2 if nz else 1)
+    table = block_tables.tolist()
+    row = 0
+    for b, (length, offset) in enumerate(zip(lens, offsets)):
+        _check(length >= 0 and offset >= 0,
+               lambda: f"{op}: sequence {b} has length {length} and offset {offset}; both must be >= 0")
+        first = offset // block_size
+        for j in range(length):
+            if row >= key.size(0):
+                return
+            index = first + j // block_size
+            _check(index < len(table[b]),
+                   lambda: f"{op}: sequence {b} needs block_tables[{b}][{index}] (token {j}, seq_offset {offset}), "
+                           f"but block_tables has {len(table[b])} columns")
+            block = table[b][index]
+            _check(0 <= block < num_blocks, lambda: f"{op}: block_tables[{b}][{index}] = {block} is out of range "
+                                                    f"[0, {num_blocks})")
+            slot = j % block_size
+            if nz:
+                key[row] = key_cache[block, :, slot, :].reshape(key[row].shape)
+                value[row] = value_cache[block, :, slot, :].reshape(value[row].shape)
+            else:
+                key[row] = key_cache[block, slot]
+                value[row] = value_cache[block, slot]
+            row += 1
+
+
+def npu_gather_pa_kv_cache(key_cache, value_cache, block_tables, seq_lens, key, value, *, seq_offset=None,
+                           is_seq_lens_cumsum=False):
+    _gather_pa(key_cache, value_cache, block_tables, seq_lens, key, value, seq_offset, is_seq_lens_cumsum,
+               "npu_gather_pa_kv_cache")
+
+
+def npu_gather_pa_kv_cache_functional(key_cache, value_cache, block_tables, seq_lens, key, value, *, seq_offset=None,
+                                      is_seq_lens_cumsum=False):
+    key, value = key.clone(), value.clone()
+    _gather_pa(key_cache, value_cache, block_tables, seq_lens, key, value, seq_offset, is_seq_lens_cumsum,
+               "npu_gather_pa_kv_cache_functional")
+    return key, value
+
+
 def _npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices):
     op = "_npu_reshape_and_cache"
     _write_rows(key, key_cache, slot_indices, op, "key")
@@ -152,6 +247,10 @@ SPECS = [
     OpSpec(generated("npu_scatter_pa_kv_cache_functional"), npu_scatter_pa_kv_cache_functional, vector(),
            meta=lambda key, value, key_cache, value_cache, *args, **kwargs: (torch.empty_like(key_cache),
                                                                               torch.empty_like(value_cache))),
+    OpSpec(generated("npu_gather_pa_kv_cache"), npu_gather_pa_kv_cache, vector(), meta=lambda *args, **kwargs: None),
+    OpSpec(generated("npu_gather_pa_kv_cache_functional"), npu_gather_pa_kv_cache_functional, vector(),
+           meta=lambda key_cache, value_cache, block_tables, seq_lens, key, value, **kwargs: (
+               torch.empty_like(key), torch.empty_like(value))),
     OpSpec("_npu_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
            "Tensor slot_indices) -> ()", _npu_reshape_and_cache, cores("ATB", vector="all"), namespace="atb",
            meta=lambda *args: None),

@@ -1,5 +1,6 @@
 """Quantisation: npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_anti_quant,
-npu_dynamic_quant_asymmetric, npu_weight_quant_batchmatmul, npu_dequant_swiglu_quant.
+npu_dynamic_quant_asymmetric, npu_weight_quant_batchmatmul, npu_dequant_swiglu_quant, npu_kronecker_quant
+(FlatQuant's rotation + per-token int4 quantisation), npu_convert_weight_to_int4pack.
 
 Formulas follow torch_npu 2.14.0's docstrings (``_op_plugin_docs.py``) and the CANN aclnn docs of the
 same kernels; shapes and argument checks the wheel's meta registrations.  Quantised values round half
@@ -12,9 +13,11 @@ from typing import Optional, Sequence
 
 import torch
 
-from ._common import (_DTYPE_MAX, HIFLOAT8, _check, _dtype_of, _dtype_str, _quant_round, _scale_values,
+from ._common import (_DTYPE_MAX, FLOAT4_E2M1FN_X2, HIFLOAT8, _check, _dtype_of, _dtype_str, _quant_round, _scale_values,
                       _unsupported, pack_int4, unpack_int4)
-from .spec import OpSpec, mix, vector
+from .layout import _tag, storage_format
+from .mxquant import mx_quantize
+from .spec import OpSpec, cores, generated, mix, vector
 
 
 # ----------------------------------------------------------------------------- quantisation
@@ -496,6 +499,115 @@ def _dequant_swiglu_quant_meta(x, *, weight_scale=None, activation_scale=None, b
     return x.new_empty(y, dtype=dtype), x.new_empty(scale, dtype=torch.float32)
 
 
+# ----------------------------------------------------------------------------- npu_kronecker_quant
+_KRONECKER_DTYPES = (torch.float16, torch.bfloat16)
+_INT32_ENUM = 3
+
+
+def _kronecker_dst(dst_dtype):
+    """None / torch.int32 / 3 -> "int32"; torch_npu.float4_e2m1fn_x2 (296) -> "mxfp4"; else the meta's error."""
+    if dst_dtype is None or dst_dtype == torch.int32 or dst_dtype == _INT32_ENUM:
+        return "int32"
+    if isinstance(dst_dtype, int) and dst_dtype == FLOAT4_E2M1FN_X2:
+        return "mxfp4"
+    raise RuntimeError("the dtype of dst_dtype must be int32, or mxfp4")
+
+
+def npu_kronecker_quant(x: torch.Tensor, kronecker_p1: torch.Tensor, kronecker_p2: torch.Tensor,
+                        clip_ratio: Optional[float] = None, dst_dtype: Optional[int] = None,
+                        dst_type_max: Optional[float] = None):
+    """FlatQuant (CANN aclnnFlatQuant, torch_npu ``npu_kronecker_quant``): ``x`` ``[K, M, N]`` is rotated
+    ``x'' = P1 @ (x @ P2)`` per slice, then quantised per slice ``k`` to int4::
+
+        quant_scale[k] = max|x''[k]| * clip_ratio / 7      (the current aclnn doc's "/ (7 / clipRatio)")
+        out[k] = saturate(rint(x''[k] / quant_scale[k]), -8, 7)
+
+    ``out`` packs eight int4 values per int32 along N (``[K, M, N/8]``, the layout ``npu_quant_matmul``
+    reads); ``quant_scale`` is float32 ``[K]``.  The matmuls run in float32.
+
+    ``dst_dtype=torch_npu.float4_e2m1fn_x2`` (aclnnFlatQuant's "pergroup" mode): ``x''`` reshaped to
+    ``[K, M*N]`` is MX-quantised to FP4 E2M1 in groups of 32 (OCP scales, rint; ``mxquant.mx_quantize``):
+    ``out`` uint8 ``[K, M*N/2]`` (two values per byte), ``quant_scale`` E8M0 bytes ``[K, ceil(M*N/64), 2]``;
+    a ``[0, 0]`` ``kronecker_p2`` means no right matmul.
+    The aclnn doc's pergroup formula has no clip ratio, so ``clip_ratio`` does not enter it; a non-zero
+    ``dst_type_max`` is not emulated.
+    """
+    op = "npu_kronecker_quant"
+    mode = _kronecker_dst(dst_dtype)
+    if mode == "mxfp4":
+        _check(x.dim() == 3, "the dim num of input x must be 3")
+        _check(x.size(-1) % 2 == 0, lambda: f"{op}: the last dim of x must be even for float4_e2m1 output, but got "
+                                            f"{x.size(-1)}")
+        if dst_type_max:
+            raise _unsupported(op, "dst_type_max with the float4_e2m1fn_x2 output")
+    else:
+        _check(x.dim() == 3, lambda: f"{op}: x must be 3-dimensional [K, M, N], but got {list(x.shape)}")
+        _check(x.size(-1) % 8 == 0, "last dim of input x must be divisible by 8")
+    _check(x.dtype in _KRONECKER_DTYPES, lambda: f"{op}: x dtype must be float16 or bfloat16, but got {x.dtype}")
+    _check(kronecker_p1.dtype == x.dtype and kronecker_p2.dtype == x.dtype,
+           lambda: f"{op}: kronecker_p1 ({kronecker_p1.dtype}) and kronecker_p2 ({kronecker_p2.dtype}) must have "
+                   f"x's dtype {x.dtype}")
+    m, n = x.size(1), x.size(2)
+    _check(tuple(kronecker_p1.shape) == (m, m), lambda: f"{op}: kronecker_p1 must be [M, M] = {[m, m]}, but got "
+                                                        f"{list(kronecker_p1.shape)}")
+    left_only = mode == "mxfp4" and tuple(kronecker_p2.shape) == (0, 0)   # pergroup: [0, 0] skips the right matmul
+    _check(left_only or tuple(kronecker_p2.shape) == (n, n),
+           lambda: f"{op}: kronecker_p2 must be [N, N] = {[n, n]}, but got {list(kronecker_p2.shape)}")
+    ratio = 1.0 if clip_ratio is None else float(clip_ratio)
+    _check(0.0 < ratio <= 1.0, lambda: f"{op}: clip_ratio must be in (0, 1], but got {ratio}")
+    right = x.to(torch.float32) if left_only else torch.matmul(x.to(torch.float32), kronecker_p2.to(torch.float32))
+    rotated = torch.matmul(kronecker_p1.to(torch.float32), right)
+    if mode == "mxfp4":
+        return mx_quantize(rotated.reshape(x.size(0), m * n), -1, "e2m1")
+    scale = rotated.abs().amax(dim=(1, 2)) * ratio / 7.0
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = torch.round(rotated / safe.reshape(-1, 1, 1)).clamp_(-8, 7).to(torch.int8)
+    return pack_int4(q), scale
+
+
+def _kronecker_quant_meta(x, kronecker_p1, kronecker_p2, clip_ratio=None, dst_dtype=None, dst_type_max=None):
+    if _kronecker_dst(dst_dtype) == "mxfp4":
+        _check(x.dim() == 3, "the dim num of input x must be 3")
+        cols = x.size(-1) * x.size(-2)
+        return (x.new_empty([x.size(0), cols // 2], dtype=torch.uint8),
+                x.new_empty([x.size(0), (cols + 63) // 64, 2], dtype=torch.uint8))
+    _check(x.size(-1) % 8 == 0, "last dim of input x must be divisible by 8")
+    return (x.new_empty([*x.shape[:-1], x.size(-1) // 8], dtype=torch.int32),
+            x.new_empty([x.size(0)], dtype=torch.float32))
+
+
+# ----------------------------------------------------------------------------- npu_convert_weight_to_int4pack
+_FRACTAL_NZ = 29
+# How TORCH_CHECK prints a tensor's dtype (caffe2::TypeMeta names, GCC spelling).
+_TYPEMETA_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                   torch.bfloat16: "c10::BFloat16", torch.int8: "signed char", torch.uint8: "unsigned char",
+                   torch.int16: "short int", torch.int64: "long int", torch.bool: "bool"}
+
+
+def npu_convert_weight_to_int4pack(weight: torch.Tensor, inner_k_tiles: int = 0) -> torch.Tensor:
+    """Eight consecutive int4 values of the last dim in one int32, the first in the lowest nibble:
+    ``(k, n)`` int32 -> ``(k, n/8)`` int32, the layout ``npu_weight_quant_batchmatmul`` and
+    ``npu_quant_matmul`` read (``_common.pack_int4``).  As torch_npu's host-side packing, each value
+    contributes its low four bits (values outside [-8, 7] wrap); ``inner_k_tiles`` is reserved (unused).
+    A FRACTAL_NZ weight gives a FRACTAL_NZ result (values stay in logical order on the emulated device).
+    Argument checks and messages are torch_npu's (``int4pack_params_check``).
+    """
+    _check(weight.is_contiguous(), "weight should be contiguous")
+    _check(weight.dim() == 2, lambda: f"weight shape only support dim num 2, but it is {weight.dim()}")
+    _check(weight.dtype == torch.int32, lambda: "weight dtype only support int32, but it is "
+                                                + _TYPEMETA_NAMES.get(weight.dtype, str(weight.dtype)))
+    _check(weight.size(0) > 0 and weight.size(1) > 0, "weight dim should be greater than 0")
+    _check(weight.size(1) % 8 == 0, lambda: f"weight last dim should be the multiple of 8, but it is {weight.size(1)}")
+    packed = pack_int4(weight)
+    return _tag(packed, _FRACTAL_NZ) if storage_format(weight) == _FRACTAL_NZ else packed
+
+
+def _convert_weight_to_int4pack_meta(weight, inner_k_tiles=0):
+    _check(weight.dim() == 2, lambda: f"weight shape only support dim num 2, but it is {weight.dim()}")
+    _check(weight.size(1) % 8 == 0, lambda: f"weight last dim should be the multiple of 8, but it is {weight.size(1)}")
+    return weight.new_empty([weight.size(0), weight.size(1) // 8], dtype=torch.int32)
+
+
 SPECS = [
     OpSpec("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
            "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)",
@@ -522,4 +634,9 @@ SPECS = [
            "int? activate_dim=None, int swiglu_mode=0, float clamp_limit=7.0, float glu_alpha=1.702, "
            "float glu_bias=1.0) -> (Tensor, Tensor)", npu_dequant_swiglu_quant, vector(),
            meta=_dequant_swiglu_quant_meta),
+    # Two small matmuls on the cube cores, the quantisation on the vector cores.
+    OpSpec(generated("npu_kronecker_quant"), npu_kronecker_quant, mix(), meta=_kronecker_quant_meta),
+    # torch_npu packs on the host (device -> host copy, CPU loop, host -> device copy): no AI Core kernel.
+    OpSpec(generated("npu_convert_weight_to_int4pack"), npu_convert_weight_to_int4pack,
+           cores("AICPU", limit_applies=False), meta=_convert_weight_to_int4pack_meta),
 ]
