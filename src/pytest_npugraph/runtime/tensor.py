@@ -587,18 +587,21 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=
         rt = current()
     if stream is None:
         stream = rt.current_stream(device)
-    read_spans = [s for s in map(span, reads) if s is not None]
-    write_spans = [s for s in map(span, writes) if s is not None]
-    used = reads + writes
-    for t in used:
-        block = t._block
-        if block is not None and block.allocator.runtime is not rt:
-            rt.known_block(block)
+    read_spans, write_spans, handles = [], [], False
+    for spans, tensors in ((read_spans, reads), (write_spans, writes)):
+        for t in tensors:
+            s = span(t)
+            if s is not None:
+                spans.append(s)
+                if t._block.allocator.runtime is not rt:
+                    rt.known_block(t._block)
+                handles = handles or t._graph_call is not None
     site = site or rt.site_hint() or user_site(3)
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return None
-    note_output_reads(rt, used, site)
+    if handles:
+        note_output_reads(rt, reads + writes, site)
     return rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
                      site=site)
 
