@@ -232,16 +232,6 @@ def _scan(trace, hb) -> list:
                         break
                     conflict(entry, earlier_writes, x, span, later_writes)
 
-    def note(history, s, span, entry):
-        """Keep ``entry`` as the newest access of its key (see module doc) on stream ``s``."""
-        entries = history.get(s)
-        if entries is None:
-            entries = history[s] = {}
-        site = entry[1].site        # its fields, not the Site: a dataclass hash is a Python call per access
-        key = (site.path, site.line, site.func, span.block, span.dims and span)
-        entries.pop(key, None)
-        entries[key] = entry
-
     for pos, rec in enumerate(trace.records):
         cls = type(rec)
         if cls is Kernel:
@@ -249,19 +239,39 @@ def _scan(trace, hb) -> list:
                 continue
             s = index[rec.stream]
             c = clocks[pos]
+            # each access is kept as the newest of its key on its stream (see module doc); the key holds
+            # the site's fields, not the Site: a dataclass hash is a Python call per access
+            site = rec.site
+            where = (site.path, site.line, site.func)
+            written = {(w.lo, w.hi, w.block, w.run, w.dims) for w in rec.writes} if rec.reads else ()
             for span in rec.writes:
                 entry = (rec.seq, rec, span)
+                key = (*where, span.block, span.dims and span)
                 for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
-                    against(seg.writes, c, s, rec, span, True, True)
-                    against(seg.reads, c, s, rec, span, False, True)
-                    note(seg.writes, s, span, entry)
+                    writes, reads = seg.writes, seg.reads      # only other streams' accesses can race
+                    if len(writes) > 1 or (writes and s not in writes):
+                        against(writes, c, s, rec, span, True, True)
+                    if len(reads) > 1 or (reads and s not in reads):
+                        against(reads, c, s, rec, span, False, True)
+                    entries = writes.get(s)
+                    if entries is None:
+                        entries = writes[s] = {}
+                    entries.pop(key, None)
+                    entries[key] = entry
             for span in rec.reads:
                 entry = (rec.seq, rec, span)
-                checked = span in rec.writes       # already checked as this kernel's write
+                key = (*where, span.block, span.dims and span)
+                checked = (span.lo, span.hi, span.block, span.run, span.dims) in written   # checked as a write
                 for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
-                    if not checked:
-                        against(seg.writes, c, s, rec, span, True, False)
-                    note(seg.reads, s, span, entry)
+                    writes = seg.writes
+                    if not checked and (len(writes) > 1 or (writes and s not in writes)):
+                        against(writes, c, s, rec, span, True, False)
+                    reads = seg.reads
+                    entries = reads.get(s)
+                    if entries is None:
+                        entries = reads[s] = {}
+                    entries.pop(key, None)
+                    entries[key] = entry
     return list(found.values())
 
 
