@@ -73,7 +73,7 @@ def main():
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--repeats", type=int, default=20)
     a = p.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     rt = _emulation.start()
     x_cpu = torch.randn(a.tokens, a.hidden, generator=torch.Generator().manual_seed(1))
     W_cpu = make_weights(a.hidden, a.inter, a.experts, "cpu")

@@ -456,7 +456,10 @@ def _run(func, plan, args, kwargs, now=False):
     else:
         device = rt.current_device()
     state = rt.thread()
-    site = state.site or user_site(1)     # once per op: its allocations, task and queue entry share it
+    # once per op: its allocations, task and queue entry share it.  At least three frames of ours lie
+    # between _run and the user (dispatch or a special op, __torch_dispatch__ or copy_from_kernel, the
+    # outside_dynamo wrapper): the search starts at the third
+    site = state.site or user_site(3)
     stream = state.streams.get(device) or rt.device(device).default_stream
     capture = stream.capture
     if capture is not None and writes and not plan.metadata_inplace:
