@@ -356,3 +356,36 @@ def test_memory_is_fresh_in_each_test(npugraph):
     gc.collect()
     assert torch.npu.memory_allocated() == 0 and torch.npu.max_memory_reserved() == 0
     assert torch.npu.memory_snapshot() == []
+
+
+def _line_of(marker: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(test_a_free_names_the_line_that_dropped_the_last_reference)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+def test_a_free_names_the_line_that_dropped_the_last_reference(npugraph):
+    def drop(t):
+        del t                                                     # not here: the caller still holds it
+    x = floats(1024)
+    drop(x)
+    del x                                                         # FREE-X
+    y = floats(256)
+    y = y + 1                                                     # FREE-Y (the old y goes here)
+    frees = [r for r in npugraph.trace.records if isinstance(r, T.Free)]
+    assert [f.site.line for f in frees] == [_line_of("# FREE-X"), _line_of("# FREE-Y")]
+    assert all(f.site.path.endswith("test_allocator.py") for f in frees)
+
+
+def test_a_block_over_several_freed_blocks_names_the_newest_of_them(npugraph):
+    a, b, c = floats(128), floats(128), floats(128)               # 512 B each, side by side
+    bids = [npugraph.trace.blocks[r.block].lo for r in npugraph.trace.records if isinstance(r, T.Alloc)]
+    assert bids == sorted(bids) and len(set(bids)) == 3
+    del c, a, b
+    big = floats(384)                                             # 1536 B: over all three
+    allocs = [r for r in npugraph.trace.records if isinstance(r, T.Alloc)]
+    assert allocs[-1].reuses == allocs[2].block                   # c's: the newest of the three
+    again = floats(128)                                           # nothing freed is left to reuse
+    assert [r for r in npugraph.trace.records if isinstance(r, T.Alloc)][-1].reuses is None
+    del big, again

@@ -279,7 +279,8 @@ class Runtime:
             records.append(T.Alloc(len(records), block.bid, site, self._reused(block)))
 
     def _reused(self, block) -> Optional[int]:
-        """The most recently freed block whose bytes the new one occupies (if any)."""
+        """The newest (most recently allocated) of the freed blocks whose bytes the new one occupies, if
+        any; those freed ranges are used up."""
         ranges = self.freed_ranges.get(block.device)
         if not ranges:
             return None
