@@ -456,16 +456,16 @@ def _run(func, plan, args, kwargs, now=False):
     else:
         device = rt.current_device()
     state = rt.thread()
-    # once per op: its allocations, task and queue entry share it.  At least three frames of ours lie
-    # between _run and the user (dispatch or a special op, __torch_dispatch__ or copy_from_kernel, the
-    # outside_dynamo wrapper): the search starts at the third
-    site = state.site or user_site(3)
+    # once per op: its allocations, task and queue entry share it (a view records nothing: none).  At
+    # least three frames of ours lie between _run and the user (dispatch or a special op,
+    # __torch_dispatch__ or copy_from_kernel, the outside_dynamo wrapper): the search starts at the third
+    site = state.site or (None if plan.metadata_only else user_site(3))
     stream = state.streams.get(device) or rt.device(device).default_stream
     capture = stream.capture
     if capture is not None and writes and not plan.metadata_inplace:
         capture.preserve(writes)     # a capture executes nothing: undo its writes to older memory
     deferred = None
-    if capture is None and rt.executor.deferred(stream.sid) and not (plan.metadata_only or plan.metadata_inplace):
+    if capture is None and not (plan.metadata_only or plan.metadata_inplace) and rt.executor.deferred(stream.sid):
         if now:
             rt.host_wait(rt.synced("stream", stream=stream), f"the host (reading the result of {plan.name})")
             kernel, out = _compute(func, uargs, ukwargs)
