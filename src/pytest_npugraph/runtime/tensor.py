@@ -441,7 +441,7 @@ def _run(func, plan, args, kwargs, now=False):
     ops = _Operands()
     reads_data, check, writes_at = plan.reads_data, plan.host_check, plan.writes_at
     n = len(writes_at)
-    uargs = [ops.take(v, i < n and writes_at[i], reads_data, check) for i, v in enumerate(args)]
+    uargs = tuple([ops.take(v, i < n and writes_at[i], reads_data, check) for i, v in enumerate(args)])
     ukwargs = {name: ops.take(v, plan.writes_kw.get(name), reads_data, check) for name, v in kwargs.items()} \
         if kwargs else kwargs
     inputs, reads, writes = ops.inputs, ops.reads, ops.writes
