@@ -374,7 +374,7 @@ def _override(spec, user):
         f"{NAMESPACE}::{spec.schema}")
     changes = dict(schema=user.schema, impl=user.impl, meta=None, cores=user.cores or spec.cores)
     if not same:
-        changes.update(reinplace=None, mc2=None)
+        changes.update(reinplace=None, mc2=None, mc2_math=None)
     return dataclasses.replace(spec, **changes)
 
 

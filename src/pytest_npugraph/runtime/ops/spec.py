@@ -75,7 +75,10 @@ class OpSpec:
     ``reinplace``: TorchAir's ``register_inplaceable_npu_op`` entry of this functional op,
     ``(in-place op name, mutated argument indices)``.
     ``graph_updatable``: captured ``torch.npu.graph(auto_dispatch_capture=True)`` may update it.
-    ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks``.
+    ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks`` (None from
+    it: the single-device path); it issues the call with ``collectives.mc2_issue``.
+    ``mc2_math``: that collective's math, ``fn(calls)``: once every member issued it, fills every
+    rank's outputs from all ranks' calls (``collectives.MATH[name]``).
     ``namespace``: ``torch.ops.<namespace>``; ``"atb"`` for torch_npu's ATB ops (``torch_npu._npu_*``).
     ``autograd``: ``(setup_context, backward)`` for ``torch.library.register_autograd``, as torch_npu
     registers the op's backward (``npu_rotary_mul`` -> ``npu_rotary_mul_backward``).
@@ -88,6 +91,7 @@ class OpSpec:
     reinplace: Optional[Tuple[str, Tuple[int, ...]]] = None
     graph_updatable: bool = False
     mc2: Optional[Callable] = None
+    mc2_math: Optional[Callable] = None
     namespace: str = "npu"
     autograd: Optional[Tuple[Callable, Callable]] = None
 
