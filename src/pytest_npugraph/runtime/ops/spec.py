@@ -6,8 +6,9 @@ the op profiles, TorchAir's multi-inplace table (``compiler/reinplace.py``), the
 graph may update (``torch.npu.graph`` auto-dispatch) and the multi-rank MC2 kernels are all read
 off these records, so adding an op touches one file.
 
-Every op name of torch_npu 2.14.0 that no family module covers still exists, from the generated
-schema table (``_generated.py``), with ``impl=None``: calling it raises ``NotImplementedError``
+Every op name of torch_npu 2.14.0 (its ``npu`` namespace and its ATB ops, ``torch.ops.atb``) that
+no family module covers still exists, from the generated schema table (``_generated.py``), with
+``impl=None``: calling it raises ``NotImplementedError``
 naming the op, its schema and the ``pytest_npugraph_register_ops`` snippet that supplies it.
 """
 from __future__ import annotations
@@ -55,14 +56,14 @@ def mc2() -> dict:
 
 
 def generated(name: str) -> str:
-    """The verbatim torch_npu 2.14.0 schema of overload ``name`` ("op" or "op.overload"), from the
-    generated table, so a family module need not repeat a long schema."""
+    """The verbatim torch_npu 2.14.0 schema of overload ``name`` ("op" or "op.overload") of its ``npu``
+    or ``atb`` namespace, from the generated table, so a family module need not repeat a long schema."""
     from . import _generated
 
-    for schema in _generated.SCHEMAS:
+    for schema in _generated.SCHEMAS + _generated.ATB_SCHEMAS:
         if schema.startswith(name + "("):
             return schema
-    raise KeyError(f"{name} is not an op of torch_npu 2.14.0's npu namespace")
+    raise KeyError(f"{name} is not an op of torch_npu 2.14.0's npu or atb namespace")
 
 
 @dataclass(frozen=True)
