@@ -241,6 +241,23 @@ def test_derived_tables_equal_the_hand_written_ones_they_replace():
     assert {"npu_moe_distribute_dispatch", "npu_moe_distribute_combine"} <= set(collectives.MATH)
 
 
+def test_the_mc2_ops_math_is_read_off_their_specs():
+    """Each multi-rank MC2 op carries its kernel and its collective math on its spec (ops/mc2.py);
+    collectives.py keeps only the c10d collectives' math and takes the rest from the specs."""
+    from pytest_npugraph.runtime import collectives
+    from pytest_npugraph.runtime.ops import mc2
+
+    multi = [spec for spec in registry.specs() if spec.mc2 is not None]
+    assert {spec.name for spec in multi} == {spec.name for spec in mc2.SPECS}
+    collectives.install()
+    for spec in multi:
+        assert spec.mc2_math is not None and collectives.MATH[spec.name] is spec.mc2_math
+        assert spec.mc2.__module__ == spec.mc2_math.__module__ == mc2.__name__
+    c10d = {name for name, math in collectives.MATH.items() if math.__module__ == collectives.__name__}
+    assert "all_reduce" in c10d and set(collectives.MATH) == c10d | set(registry.mc2_kernels())
+    assert not c10d & set(registry.mc2_kernels())
+
+
 def test_a_family_spec_is_all_it_takes_to_add_an_op(monkeypatch):
     """Adding an op is one OpSpec in one family module: the registry finds it there."""
     from pytest_npugraph.runtime.ops import norms

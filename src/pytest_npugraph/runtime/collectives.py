@@ -1,4 +1,5 @@
-"""Collectives between the emulated devices of one test: rank threads, rendezvous, matching, math.
+"""Collectives between the emulated devices of one test: rank threads, rendezvous, matching, and the
+c10d collectives' math (an MC2 op's math lives with its spec, ``OpSpec.mc2_math`` in ops/mc2.py).
 
 ``npugraph.run_ranks(fn, *args)`` runs ``fn(rank, *args)`` in one thread per emulated device
 (rank r drives ``npu:r``), as ``torchrun`` runs one process per card.  The emulated
@@ -490,7 +491,7 @@ def _results(job: Job, outcomes: list) -> list:
 # ----------------------------------------------------------------------------- profile
 def op_cores(op: str, device, mode: Optional[str] = None) -> T.OpCores:
     """Cores of collective ``op`` ("hccl::all_reduce"): the users' hook (asked on every call),
-    else the custom-op specs (MC2 ops: vector cores), else what its communicator's HCCL
+    else the op's spec (MC2 ops: every vector core), else what its communicator's HCCL
     expansion ``mode`` takes (hccl_modes.py; None: the chip's default mode)."""
     name = op.split("::")[-1]
     spec = CONTEXT.op_profile(name)
@@ -498,8 +499,6 @@ def op_cores(op: str, device, mode: Optional[str] = None) -> T.OpCores:
         from .ops import library
 
         spec = library.cores_of(name)
-    if spec is None and name in MC2_OPS:
-        spec = hccl_modes.MC2_PROFILE
     if spec is None:
         chip = device.profile.name
         spec = hccl_modes.profile(name, mode or hccl_modes.default_mode(chip), chip)
@@ -715,105 +714,13 @@ def _barrier(calls):
     return None
 
 
-# ----------------------------------------------------------------------- MC2 (MoE EP)
-def _dispatch(calls):
-    """Expert-parallel dispatch across ranks (the multi-rank form of ops/mc2.py's
-    ``npu_moe_distribute_dispatch``): every rank plans its (token, k) rows locally
-    (``_dispatch_plan``); rank d receives the rows for its experts d*L..(d+1)*L-1, laid out by
-    (local expert, source rank, token order), and publishes the prefix sums of that layout as
-    ``ep_recv_counts``, so combine can find row ``ep_send_counts[e_local*W + r - 1] + slot``."""
-    from .ops import mc2 as ref
-
-    w = len(calls)
-    _agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
-           lambda c: (c.params["moe_expert_num"], c.params["quant_mode"], c.params["global_bs"],
-                      c.params["x"].shape[1], c.params["x"].dtype, c.params["expert_ids"].shape[1]))
-    first = calls[0].params
-    experts_total, k = first["moe_expert_num"], first["expert_ids"].shape[1]
-    local = experts_total // w
-    plans = []
-    for c in calls:
-        a = c.params
-        n = a["x"].shape[0]
-        mask = a["x_active_mask"]
-        active = mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool)
-        experts, slots, sent = ref._dispatch_plan(a["expert_ids"], active, experts_total)
-        rows = a["x"].to(torch.float32)[torch.arange(n * k) // k]
-        if a["scales"] is not None:
-            rows = rows * a["scales"].to(torch.float32)[experts]
-        weights = (a["expert_scales"].to(torch.float32).reshape(-1) if a["expert_scales"] is not None
-                   else None)
-        plans.append((experts, slots, sent, rows, weights))
-    for d, c in enumerate(calls):
-        out = c.params["out"]
-        received, weights, cum, per_expert = [], [], [], []
-        for e_local in range(local):
-            total = 0
-            for experts, _, sent, rows, w_rows in plans:
-                sel = (experts == d * local + e_local) & sent
-                received.append(rows[sel])
-                if w_rows is not None:
-                    weights.append(w_rows[sel])
-                total += int(sel.sum())
-                cum.append((cum[-1] if cum else 0) + int(sel.sum()))
-            per_expert.append(total)
-        rows = torch.cat(received)
-        capacity = out["expand_x"].shape[0]
-        if rows.shape[0] > capacity:
-            raise CollectiveError(f"rank {c.thread} receives {rows.shape[0]} rows but expand_x has {capacity} "
-                                  f"(global_bs * min(local experts, k)); raise global_bs")
-        if c.params["quantise"]:
-            rows, out["dynamic_scales"][:rows.shape[0]] = ref._pertoken_int8(rows)
-        out["expand_x"][:rows.shape[0]] = rows.to(out["expand_x"].dtype)
-        if out["expand_scales"].numel():
-            out["expand_scales"][:rows.shape[0]] = torch.cat(weights)
-        counts = torch.tensor(per_expert, dtype=torch.int64)
-        out["expert_token_nums"].copy_(counts.cumsum(0) if c.params["expert_token_nums_type"] == 0 else counts)
-        out["ep_recv_counts"].copy_(torch.tensor(cum, dtype=torch.int32))
-        out["expand_idx"].copy_(plans[d][1])
-
-
-def _combine(calls):
-    """The reverse all-to-all of dispatch plus the weighted sum over k, on each token's rank:
-    ``out[n] = sum_k expert_scales[n,k] * expand_x_d[ep_send_counts_d[e_local*W + r - 1] +
-    expand_idx[n*K+k]]`` with d the owner of expert e (+ shared_expert_x, masked tokens 0)."""
-    w = len(calls)
-    _agree(calls, "moe_expert_num / hidden size / dtype",
-           lambda c: (c.params["moe_expert_num"], c.params["expand_x"].shape[1], c.params["expand_x"].dtype))
-    local = calls[0].params["moe_expert_num"] // w
-    starts = [torch.cat((torch.zeros(1, dtype=torch.int64), c.params["ep_send_counts"].to(torch.int64)))
-              for c in calls]
-    expand = [c.params["expand_x"].to(torch.float32) for c in calls]
-    for r, c in enumerate(calls):
-        a = c.params
-        n, k = a["expert_ids"].shape
-        experts = a["expert_ids"].to(torch.int64).reshape(-1)
-        slots = a["expand_idx"].to(torch.int64).reshape(-1)
-        mask = a["x_active_mask"]
-        active = (mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool))
-        active = active.unsqueeze(1).expand(n, k).reshape(-1)
-        rows = torch.zeros(n * k, expand[0].shape[1])
-        owners = experts // local
-        for owner in range(w):
-            sel = active & (owners == owner)
-            index = starts[owner][(experts[sel] % local) * w + r] + slots[sel]
-            rows[sel] = expand[owner][index]
-        out = (rows.reshape(n, k, -1) * a["expert_scales"].to(torch.float32).unsqueeze(-1)).sum(1)
-        if a["shared_expert_x"] is not None:
-            out = out + a["shared_expert_x"].to(torch.float32)
-        if mask is not None:
-            out = out * mask.to(torch.float32).unsqueeze(-1)
-        a["out"]["out"].copy_(out.to(a["out"]["out"].dtype))
-
-
 MATH = {
     "all_reduce": _all_reduce, "reduce": _reduce_to_root, "broadcast": _broadcast,
     "all_gather": _all_gather, "all_gather_into_tensor": _all_gather_into_tensor,
     "reduce_scatter": _reduce_scatter, "reduce_scatter_tensor": _reduce_scatter_tensor,
     "all_to_all": _all_to_all, "all_to_all_single": _all_to_all_single,
     "gather": _gather, "scatter": _scatter, "barrier": _barrier,
-    "npu_moe_distribute_dispatch": _dispatch, "npu_moe_distribute_combine": _combine,
-}
+}   # + the MC2 ops' collective math, read off their specs (``OpSpec.mc2_math``) by install()
 
 
 # ------------------------------------------------------------------ tensors and devices
@@ -832,55 +739,30 @@ def _device_of(call: Call, default: int) -> int:
 
 
 # ------------------------------------------------------------------------ MC2 kernels
-MC2_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 _mc2_library = None
 
 
 def install() -> None:
-    """Route the multi-rank MC2 ops on NPU tensors to the job (once per process).
-
-    The kernels sit on ``AutogradPrivateUse1``, above the NPU tensors' Python dispatch: with
-    ``ep_world_size`` 1, fake tensors (tracing) or no ``run_ranks`` they re-dispatch to the
-    ordinary path (ops/mc2.py's single-rank math); otherwise ``_mc2`` exchanges the rows.
-    """
+    """Route the multi-rank MC2 ops on NPU tensors to the job (once per process): every op whose spec
+    has a multi-rank kernel (``OpSpec.mc2``) gets it on ``AutogradPrivateUse1``, above the NPU
+    tensors' Python dispatch, and its collective math (``OpSpec.mc2_math``) joins ``MATH``."""
     global _mc2_library
     if _mc2_library is not None:
         return
-    import inspect
-
-    from .ops import mc2 as ref
-
-    _mc2_library = torch.library.Library("npu", "IMPL")
-    for name in MC2_OPS:
-        overload = getattr(torch.ops.npu, name).default
-        _mc2_library.impl(name, _mc2_kernel(name, overload, inspect.signature(getattr(ref, name))),
-                          "AutogradPrivateUse1")
     from .ops import library
 
+    _mc2_library = torch.library.Library("npu", "IMPL")
     for spec in list(library.SPECS.values()):
-        if getattr(spec, "mc2", None) is not None and spec.name not in MC2_OPS:
-            _mc2_library.impl(spec.name, _spec_mc2_kernel(spec), "AutogradPrivateUse1")
+        if spec.mc2 is not None:
+            _mc2_library.impl(spec.name, _mc2_kernel(spec), "AutogradPrivateUse1")
+        if spec.mc2_math is not None:
+            MATH[spec.name] = spec.mc2_math
 
 
-def _mc2_kernel(name: str, overload, signature):
-    def kernel(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        tensors = [v for v in a.values() if isinstance(v, torch.Tensor)]
-        real = all(isinstance(t, NpuTensor) and t._payload.device.type == "cpu" and
-                   type(t._payload) is torch.Tensor for t in tensors)
-        if not real or (a["ep_world_size"] <= 1 and a["tp_world_size"] <= 1):
-            with torch._C._AutoDispatchBelowAutograd():
-                return overload(*args, **kwargs)
-        return _mc2(name, dict(a))
-    kernel.__name__ = f"{name}_multi_rank"
-    return kernel
-
-
-def _spec_mc2_kernel(spec):
-    """The AutogradPrivateUse1 kernel of a family op with a multi-rank kernel (``OpSpec.mc2``):
-    ``spec.mc2(name, arguments)`` on real NPU tensors; it returns None for the single-device path."""
+def _mc2_kernel(spec):
+    """The AutogradPrivateUse1 kernel of an op with a multi-rank kernel (``OpSpec.mc2``):
+    ``spec.mc2(name, arguments)`` on real NPU tensors; on fake tensors (tracing), or when it returns
+    None (a world of one rank, no ``run_ranks``), the ordinary single-device path (the op's math)."""
     import inspect
 
     signature = inspect.signature(spec.impl)
@@ -903,15 +785,18 @@ def _spec_mc2_kernel(spec):
     return kernel
 
 
-def mc2_issue(name: str, group: str, arguments: dict, outputs: dict, math: Callable, params: Optional[dict] = None):
+def mc2_issue(name: str, group: str, arguments: dict, outputs: dict, params: Optional[dict] = None) -> tuple:
     """Issue MC2 op ``name`` of the calling rank on the HCCL communicator named ``group`` and wait
     for its peers; returns the outputs as the rank's NPU tensors, in order.
 
     ``arguments``: the op's bound arguments (its NPU tensors are what it reads); ``outputs``:
-    fresh CPU payloads of its outputs; ``math(calls)`` (registered as the op's collective math)
-    fills every rank's outputs once all issued, reading each call's ``params``: the arguments'
-    CPU payloads updated with ``params`` (``params["out"]``, default ``outputs``, is where to write).
+    fresh CPU payloads of its outputs; the op's collective math (``MATH[name]``, its
+    ``OpSpec.mc2_math``) fills every rank's outputs once all issued, reading each call's
+    ``params``: the arguments' CPU payloads updated with ``params`` (``params["out"]``, default
+    ``outputs``, is where to write).
     """
+    if name not in MATH:
+        raise RuntimeError(f"{name}: no collective math (its OpSpec has no mc2_math)")
     b = binding()
     if b is None:
         raise RuntimeError(f"{name}: a multi-rank call needs the ranks of npugraph.run_ranks(fn); pass the "
@@ -921,7 +806,6 @@ def mc2_issue(name: str, group: str, arguments: dict, outputs: dict, math: Calla
     if comm is None:
         raise RuntimeError(f"{name}: {group!r} is not an HCCL communicator of this rank; get it with "
                            f"pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
-    MATH.setdefault(name, math)
     payloads = {k: (v._payload if isinstance(v, NpuTensor) else v) for k, v in arguments.items()}
     payloads["out"] = outputs
     payloads.update(params or {})
@@ -930,61 +814,3 @@ def mc2_issue(name: str, group: str, arguments: dict, outputs: dict, math: Calla
     wrapped = tuple(wrap(v, device) for v in outputs.values())
     job.issue(comm, rank, Call(name, f"npu::{name}", inputs, wrapped, payloads))
     return wrapped
-
-
-def _mc2(name: str, a: dict):
-    world = a["ep_world_size"]
-    b = binding()
-    if b is None:
-        raise RuntimeError(f"{name}: ep_world_size={world} needs {world} ranks: run the rank function with "
-                           f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as group_ep")
-    job, rank = b
-    comm = job.by_name(a["group_ep"])
-    if comm is None:
-        raise RuntimeError(f"{name}: group_ep={a['group_ep']!r} is not an HCCL communicator of this rank; get it "
-                           f"with pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
-    if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
-        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
-                                  f"quantised communication are not emulated by pytest-npugraph")
-    if name.endswith("combine") and (a["activation_scale"] is not None or a["weight_scale"] is not None):
-        raise NotImplementedError(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
-    if world != len(comm.members) or a["ep_rank_id"] != comm.members.index(rank):
-        raise RuntimeError(f"{name} on rank {rank}: ep_world_size={world}, ep_rank_id={a['ep_rank_id']}, but "
-                           f"{comm.name!r} has {len(comm.members)} ranks and this is rank "
-                           f"{comm.members.index(rank)} of it")
-    if a["moe_expert_num"] % world:
-        raise RuntimeError(f"{name}: moe_expert_num={a['moe_expert_num']} is not a multiple of "
-                           f"ep_world_size={world}")
-    params = {k: (v._payload if isinstance(v, NpuTensor) else v) for k, v in a.items()}
-    out = _dispatch_outputs(params, world) if name.endswith("dispatch") else _combine_outputs(params)
-    params["out"] = out
-    device = next(v for v in a.values() if isinstance(v, NpuTensor)).device.index
-    outputs = {k: wrap(v, device) for k, v in out.items()}
-    inputs = tuple(v for v in a.values() if isinstance(v, NpuTensor))
-    job.issue(comm, rank, Call(name, f"npu::{name}", inputs, tuple(outputs.values()), params))
-    values = tuple(outputs.values())
-    return values if len(values) > 1 else values[0]
-
-
-def _dispatch_outputs(p: dict, world: int) -> dict:
-    """Zeroed outputs of dispatch, shaped as ops/mc2.py's (rows past the received ones stay 0)."""
-    if p["quant_mode"] not in (0, 2):
-        raise NotImplementedError(f"npu_moe_distribute_dispatch: quant_mode={p['quant_mode']} is not emulated")
-    n, h = p["x"].shape
-    k = p["expert_ids"].shape[1]
-    local = p["moe_expert_num"] // world
-    rows = (p["global_bs"] or n * world) * min(local, k)
-    p["quantise"] = p["quant_mode"] == 2 or p["scales"] is not None
-    return {
-        "expand_x": torch.zeros(rows, h, dtype=torch.int8 if p["quantise"] else p["x"].dtype),
-        "dynamic_scales": torch.zeros(rows, dtype=torch.float32),
-        "expand_idx": torch.zeros(n * k, dtype=torch.int32),
-        "expert_token_nums": torch.zeros(local, dtype=torch.int64),
-        "ep_recv_counts": torch.zeros(world * local, dtype=torch.int32),
-        "tp_recv_counts": torch.zeros(p["tp_world_size"], dtype=torch.int32),
-        "expand_scales": torch.zeros(rows if p["expert_scales"] is not None else 0, dtype=torch.float32),
-    }
-
-
-def _combine_outputs(p: dict) -> dict:
-    return {"out": torch.zeros(p["expert_ids"].shape[0], p["expand_x"].shape[1], dtype=p["expand_x"].dtype)}

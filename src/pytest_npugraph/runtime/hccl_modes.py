@@ -14,8 +14,9 @@ other collectives keep the default mode; an unsupported value falls back to the 
 torch_npu also takes the mode per process group: ``ProcessGroupHCCL.Options().hccl_config
 ["hccl_op_expansion_mode"]`` (an int: 0 default, 1 HOST, 2 AI_CPU, 3 AIV, as HCCL's
 ``HcclCommConfig.hcclOpExpansionMode``), which wins over the environment for that communicator.
-MC2 fused ops (``npu_moe_distribute_dispatch``/``combine``, ...) always run on vector cores, and a
-``pytest_npugraph_op_profile`` hook answer overrides all of this (see ``collectives.op_cores``).
+MC2 fused ops (``npu_moe_distribute_dispatch``/``combine``, ...) take the profile of their op spec
+(every vector core, in any mode), and a ``pytest_npugraph_op_profile`` hook answer overrides all of
+this (see ``collectives.op_cores``).
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ PROFILES = {
     "AI_CPU": {"kind": "AICPU", "vector": 0, "cube": 0, "limit_applies": False},
     "AIV": {"kind": "HCCL", "vector": "all", "all_resident": True},
 }
-MC2_PROFILE = {"kind": "MC2", "vector": "all", "all_resident": True}   # fused compute+comm: vector cores
 
 
 def family(chip_name: str) -> str:

@@ -32,6 +32,7 @@ NAMESPACE = "npu"
 _library: Optional[torch.library.Library] = None
 _libraries: dict = {}  # namespace -> torch.library.Library ("npu": _library; "atb": torch_npu's ATB ops)
 SPECS: dict = {}      # name -> OpSpec registered in this process
+_NAMESPACE_OF: dict = {}  # op name (overload packet) -> its namespace, for the ops registered
 
 
 def _library_of(spec) -> torch.library.Library:
@@ -224,6 +225,7 @@ def _define(spec) -> None:
         setup, backward = spec.autograd
         torch.library.register_autograd(f"{spec.namespace}::{qualified}", backward, setup_context=setup, lib=library)
     SPECS[qualified] = spec
+    _NAMESPACE_OF[spec.base] = spec.namespace
 
 
 def _tags(qualified: str) -> tuple:
@@ -236,8 +238,10 @@ def _tags(qualified: str) -> tuple:
 def missing_error(spec) -> NotImplementedError:
     """What calling (or tracing) an op without CPU math raises: the op, its schema, and the
     ``pytest_npugraph_register_ops`` snippet that supplies it."""
+    from .registry import atb_exports
+
     name = spec.name
-    schema = torch._C.parse_schema(f"{NAMESPACE}::{spec.schema}")
+    schema = torch._C.parse_schema(f"{spec.namespace}::{spec.schema}")
     params, star = [], False
     for a in schema.arguments:
         if a.kwarg_only and not star:
@@ -249,9 +253,9 @@ def missing_error(spec) -> NotImplementedError:
     profile = {k: v for k, v in (spec.cores or {"kind": "AIV", "vector": "all"}).items()
                if ((v is False) if k == "limit_applies" else v)}
     return NotImplementedError(
-        f"torch.ops.{NAMESPACE}.{name} (torch_npu.{spec.base}) has no CPU implementation in pytest-npugraph: the "
-        f"emulator knows its schema, not its math.\n"
-        f"Schema: {NAMESPACE}::{spec.schema}\n"
+        f"torch.ops.{spec.namespace}.{name} ({atb_exports().get(spec.base, 'torch_npu')}.{spec.base}) has no CPU "
+        f"implementation in pytest-npugraph: the emulator knows its schema, not its math.\n"
+        f"Schema: {spec.namespace}::{spec.schema}\n"
         f"Supply it in your conftest.py:\n\n"
         f"    def pytest_npugraph_register_ops(registry):\n"
         f"        def {fn}({', '.join(params)}):\n"
@@ -280,7 +284,7 @@ def _schema_meta_kernel(spec):
 
 
 def _schema_rule(spec):
-    schema = torch._C.parse_schema(f"{NAMESPACE}::{spec.schema}")
+    schema = torch._C.parse_schema(f"{spec.namespace}::{spec.schema}")
     if not schema.returns:
         return lambda args, kwargs: None
     sources = []
@@ -333,16 +337,16 @@ def _define_base(base: str) -> None:
             _add_functionalization(in_place + spec.name[len(base):])
 
 
-class _NpuNamespace(torch._ops._OpNamespace):
-    """``torch.ops.npu``: an op of torch_npu's table is defined when first looked up."""
+class _LazyNamespace(torch._ops._OpNamespace):
+    """``torch.ops.npu`` / ``torch.ops.atb``: an op of torch_npu's table is defined when first looked up."""
 
     def __getattr__(self, op_name: str):
-        if op_name in _PENDING:
+        if op_name in _PENDING and _PENDING[op_name][0].namespace == self.name:
             _define_base(op_name)
         return super().__getattr__(op_name)
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(op_names()))
+        return sorted(set(super().__dir__()) | set(op_names(self.name)))
 
 
 def packet(name: str):
@@ -350,8 +354,7 @@ def packet(name: str):
     op of that name, else None."""
     if name in _PENDING:
         _define_base(name)
-    spec = SPECS.get(name)
-    return getattr(getattr(torch.ops, spec.namespace if spec is not None else NAMESPACE), name, None)
+    return getattr(getattr(torch.ops, _NAMESPACE_OF.get(name, NAMESPACE)), name, None)
 
 
 def define_all() -> None:
@@ -360,9 +363,11 @@ def define_all() -> None:
         _define_base(base)
 
 
-def op_names() -> list:
-    """Every op name (overload packet) torch_npu exports, defined or pending."""
-    return sorted({name.split(".", 1)[0] for name in SPECS} | set(_PENDING))
+def op_names(namespace: str = NAMESPACE) -> list:
+    """Every op name (overload packet) of torch_npu's ``namespace`` (``npu``: the ops torch_npu exports
+    as ``torch_npu.<name>`` and ``torch.<name>``; ``atb``: its ATB ops), defined or pending."""
+    return sorted({name.split(".", 1)[0] for name, spec in SPECS.items() if spec.namespace == namespace} |
+                  {base for base, specs in _PENDING.items() if specs[0].namespace == namespace})
 
 
 # ------------------------------------------------------------------------ install
@@ -374,7 +379,7 @@ def _override(spec, user):
         f"{NAMESPACE}::{spec.schema}")
     changes = dict(schema=user.schema, impl=user.impl, meta=None, cores=user.cores or spec.cores)
     if not same:
-        changes.update(reinplace=None, mc2=None)
+        changes.update(reinplace=None, mc2=None, mc2_math=None)
     return dataclasses.replace(spec, **changes)
 
 
@@ -401,9 +406,10 @@ def install() -> None:
         _PENDING.setdefault(spec.name.split(".", 1)[0], []).append(spec)
     for base in sorted(eager):
         _define_base(base)
-    namespace = getattr(torch.ops, NAMESPACE)
-    if type(namespace) is torch._ops._OpNamespace:
-        namespace.__class__ = _NpuNamespace
+    for name in {spec.namespace for spec in table.values()}:
+        namespace = getattr(torch.ops, name)
+        if type(namespace) is torch._ops._OpNamespace:
+            namespace.__class__ = _LazyNamespace
 
 
 def cores_of(name: str):

@@ -3,12 +3,12 @@ matmul collectives (npu_mm_all_reduce_base, npu_all_gather_base_mm, npu_mm_reduc
 
 Each op has a single-rank reference (a world of one rank), a meta shape rule following the wheel's
 meta registration, and an MC2 profile (every vector core, held while it waits for its peers).  Across
-ranks, inside ``npugraph.run_ranks``: v1 dispatch/combine go through collectives.py's ``_mc2``; the
-other ops' ``OpSpec.mc2`` kernels hand the call to ``collectives.mc2_issue``, which pairs it with the
-same op on every member of the HCCL communicator named by ``hcom``/``group_ep`` and computes every
-rank's outputs at once.  Formulas: torch_npu 2.14.0's docstrings and the CANN aclnn docs
-(``allReduce(dequantScale * pertokenScale * (x1 @ x2 + bias) + x3)``, ``ReduceScatter(x1 @ x2)``,
-``AllGather(x1) @ x2``).
+ranks, inside ``npugraph.run_ranks``, the op's ``OpSpec.mc2`` kernel checks the call and hands it to
+``collectives.mc2_issue``, which pairs it with the same op on every member of the HCCL communicator
+named by ``hcom``/``group_ep``; once all issued, the op's ``OpSpec.mc2_math`` (``_dispatch_math``,
+``_combine_math``, ...) computes every rank's outputs at once.  Formulas: torch_npu 2.14.0's
+docstrings and the CANN aclnn docs (``allReduce(dequantScale * pertokenScale * (x1 @ x2 + bias) +
+x3)``, ``ReduceScatter(x1 @ x2)``, ``AllGather(x1) @ x2``).
 """
 from __future__ import annotations
 
@@ -60,12 +60,12 @@ def npu_moe_distribute_dispatch(x: torch.Tensor, expert_ids: torch.Tensor, group
     token order; rows past the received ones are zero.  Quantisation (quant_mode 2, or smooth
     ``scales`` given) is dynamic per-row int8 of ``x * scales[expert]``.
 
-    Multi-rank (runtime/collectives.py ``_dispatch``, reached for NPU tensors inside
-    npugraph.run_ranks): each rank computes ``_dispatch_plan`` locally (destination rank =
-    expert // local experts); the rows (and expert_scales) go to their destinations, every
-    receiver lays them out by (local expert, source rank) and publishes the prefix sums as
-    ep_recv_counts.  ``expand_idx`` stays a sender-local slot, so combine
-    can find row ``ep_send_counts[e*W + r - 1] + slot`` on the owner of expert e and send it back.
+    Multi-rank (``_dispatch_math`` below, reached for NPU tensors inside npugraph.run_ranks): each
+    rank computes ``_dispatch_plan`` locally (destination rank = expert // local experts); the rows
+    (and expert_scales) go to their destinations, every receiver lays them out by (local expert,
+    source rank) and publishes the prefix sums as ep_recv_counts.  ``expand_idx`` stays a
+    sender-local slot, so combine can find row ``ep_send_counts[e*W + r - 1] + slot`` on the owner
+    of expert e and send it back.
     """
     op = "npu_moe_distribute_dispatch"
     _single_rank_only(op, ep_world_size, tp_world_size, shared_expert_rank_num)
@@ -113,7 +113,7 @@ def npu_moe_distribute_combine(expand_x: torch.Tensor, expert_ids: torch.Tensor,
 
     ``row(n,k) = expand_x[ep_send_counts[e*W + r - 1] + expand_idx[n*K+k]]`` for e = expert_ids[n,k]
     (0 for the first segment), plus ``shared_expert_x[n]``; masked-out tokens give zero rows.
-    Multi-rank (runtime/collectives.py ``_combine``): the owner of each segment sends it back
+    Multi-rank (``_combine_math`` below): the owner of each segment sends it back
     to rank r (the reverse all-to-all of dispatch); the weighted sum then runs on rank r as here.
     """
     op = "npu_moe_distribute_combine"
@@ -133,10 +133,7 @@ def npu_moe_distribute_combine(expand_x: torch.Tensor, expert_ids: torch.Tensor,
     return out.to(expand_x.dtype)
 
 
-_DISPATCH_V2 = "npu_moe_distribute_dispatch_v2"
-_COMBINE_V2 = "npu_moe_distribute_combine_v2"
-
-
+# ----------------------------------------------------------------------------- across ranks
 def _collectives():
     from .. import collectives
     return collectives
@@ -144,6 +141,186 @@ def _collectives():
 
 def _inside_ranks() -> bool:
     return _collectives().binding() is not None
+
+
+def _payload(t):
+    return t._payload if hasattr(t, "_payload") else t
+
+
+def _needs_ranks(name: str, world_size: int, size_arg: str = "world_size", group_arg: str = "hcom") -> RuntimeError:
+    return RuntimeError(f"{name}: {size_arg}={world_size} needs {world_size} ranks: run the rank function with "
+                        f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as {group_arg}")
+
+
+def _group(name: str, a: dict, group_arg: str):
+    """``(communicator, this rank's index in it)`` of the HCCL comm name in argument ``group_arg``
+    (``hcom``, ``group_ep``) inside run_ranks."""
+    job, rank = _collectives().binding()
+    comm = job.by_name(a[group_arg])
+    if comm is None:
+        raise RuntimeError(f"{name}: {group_arg}={a[group_arg]!r} is not an HCCL communicator of this rank; get it "
+                           f"with pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
+    return comm, comm.members.index(rank)
+
+
+def _moe_group(name: str, a: dict) -> None:
+    """Check a multi-rank dispatch/combine call (v1 or v2) against its ``group_ep`` communicator."""
+    world = a["ep_world_size"]
+    if not _inside_ranks():
+        raise _needs_ranks(name, world, "ep_world_size", "group_ep")
+    comm, me = _group(name, a, "group_ep")
+    if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
+        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
+                                  f"quantised communication are not emulated by pytest-npugraph")
+    if world != len(comm.members) or a["ep_rank_id"] != me:
+        raise RuntimeError(f"{name} on rank {_collectives().binding()[1]}: ep_world_size={world}, "
+                           f"ep_rank_id={a['ep_rank_id']}, but {comm.name!r} has {len(comm.members)} ranks and "
+                           f"this is rank {me} of it")
+    if a["moe_expert_num"] % world:
+        raise RuntimeError(f"{name}: moe_expert_num={a['moe_expert_num']} is not a multiple of ep_world_size={world}")
+
+
+def _single_device(a: dict) -> bool:
+    """A dispatch/combine of one rank: the single-rank reference computes it."""
+    return a["ep_world_size"] <= 1 and a["tp_world_size"] <= 1
+
+
+def _dispatch_math(calls):
+    """Expert-parallel dispatch across ranks (v1 and v2): every rank plans its (token, k) rows locally
+    (``_dispatch_plan``); rank d receives the rows for its experts d*L..(d+1)*L-1, laid out by
+    (local expert, source rank, token order), and publishes the prefix sums of that layout as
+    ``ep_recv_counts``, so combine can find row ``ep_send_counts[e_local*W + r - 1] + slot``."""
+    c10d = _collectives()
+    w = len(calls)
+    c10d._agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
+                lambda c: (c.params["moe_expert_num"], c.params["quant_mode"], c.params["global_bs"],
+                           c.params["x"].shape[1], c.params["x"].dtype, c.params["expert_ids"].shape[1]))
+    first = calls[0].params
+    experts_total, k = first["moe_expert_num"], first["expert_ids"].shape[1]
+    local = experts_total // w
+    plans = []
+    for c in calls:
+        a = c.params
+        n = a["x"].shape[0]
+        mask = a["x_active_mask"]
+        active = mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool)
+        experts, slots, sent = _dispatch_plan(a["expert_ids"], active, experts_total)
+        rows = a["x"].to(torch.float32)[torch.arange(n * k) // k]
+        if a["scales"] is not None:
+            rows = rows * a["scales"].to(torch.float32)[experts]
+        weights = (a["expert_scales"].to(torch.float32).reshape(-1) if a["expert_scales"] is not None
+                   else None)
+        plans.append((experts, slots, sent, rows, weights))
+    for d, c in enumerate(calls):
+        out = c.params["out"]
+        received, weights, cum, per_expert = [], [], [], []
+        for e_local in range(local):
+            total = 0
+            for experts, _, sent, rows, w_rows in plans:
+                sel = (experts == d * local + e_local) & sent
+                received.append(rows[sel])
+                if w_rows is not None:
+                    weights.append(w_rows[sel])
+                total += int(sel.sum())
+                cum.append((cum[-1] if cum else 0) + int(sel.sum()))
+            per_expert.append(total)
+        rows = torch.cat(received)
+        capacity = out["expand_x"].shape[0]
+        if rows.shape[0] > capacity:
+            raise c10d.CollectiveError(f"rank {c.thread} receives {rows.shape[0]} rows but expand_x has {capacity} "
+                                       f"(global_bs * min(local experts, k)); raise global_bs")
+        if c.params["quantise"]:
+            rows, out["dynamic_scales"][:rows.shape[0]] = _pertoken_int8(rows)
+        out["expand_x"][:rows.shape[0]] = rows.to(out["expand_x"].dtype)
+        if out["expand_scales"].numel():
+            out["expand_scales"][:rows.shape[0]] = torch.cat(weights)
+        counts = torch.tensor(per_expert, dtype=torch.int64)
+        out["expert_token_nums"].copy_(counts.cumsum(0) if c.params["expert_token_nums_type"] == 0 else counts)
+        out["ep_recv_counts"].copy_(torch.tensor(cum, dtype=torch.int32))
+        out["expand_idx"].copy_(plans[d][1])
+
+
+def _combine_math(calls):
+    """The reverse all-to-all of dispatch plus the weighted sum over k, on each token's rank (v1 and v2):
+    ``out[n] = sum_k expert_scales[n,k] * expand_x_d[ep_send_counts_d[e_local*W + r - 1] +
+    expand_idx[n*K+k]]`` with d the owner of expert e (+ shared_expert_x, masked tokens 0)."""
+    w = len(calls)
+    _collectives()._agree(calls, "moe_expert_num / hidden size / dtype",
+                          lambda c: (c.params["moe_expert_num"], c.params["expand_x"].shape[1],
+                                     c.params["expand_x"].dtype))
+    local = calls[0].params["moe_expert_num"] // w
+    starts = [torch.cat((torch.zeros(1, dtype=torch.int64), c.params["ep_send_counts"].to(torch.int64)))
+              for c in calls]
+    expand = [c.params["expand_x"].to(torch.float32) for c in calls]
+    for r, c in enumerate(calls):
+        a = c.params
+        n, k = a["expert_ids"].shape
+        experts = a["expert_ids"].to(torch.int64).reshape(-1)
+        slots = a["expand_idx"].to(torch.int64).reshape(-1)
+        mask = a["x_active_mask"]
+        active = (mask.to(torch.bool) if mask is not None else torch.ones(n, dtype=torch.bool))
+        active = active.unsqueeze(1).expand(n, k).reshape(-1)
+        rows = torch.zeros(n * k, expand[0].shape[1])
+        owners = experts // local
+        for owner in range(w):
+            sel = active & (owners == owner)
+            index = starts[owner][(experts[sel] % local) * w + r] + slots[sel]
+            rows[sel] = expand[owner][index]
+        out = (rows.reshape(n, k, -1) * a["expert_scales"].to(torch.float32).unsqueeze(-1)).sum(1)
+        if a["shared_expert_x"] is not None:
+            out = out + a["shared_expert_x"].to(torch.float32)
+        if mask is not None:
+            out = out * mask.to(torch.float32).unsqueeze(-1)
+        a["out"]["out"].copy_(out.to(a["out"]["out"].dtype))
+
+
+def _dispatch_multi(name: str, a: dict):
+    """Multi-rank dispatch (``OpSpec.mc2``): zeroed outputs shaped as the single-rank reference's
+    (rows past the received ones stay 0), filled by ``_dispatch_math``."""
+    if _single_device(a):
+        return None
+    _moe_group(name, a)
+    world = a["ep_world_size"]
+    p = {k: _payload(v) for k, v in a.items()}
+    if p["quant_mode"] not in (0, 2):
+        raise NotImplementedError(f"{name}: quant_mode={p['quant_mode']} is not emulated")
+    n, h = p["x"].shape
+    k = p["expert_ids"].shape[1]
+    local = p["moe_expert_num"] // world
+    rows = (p["global_bs"] or n * world) * min(local, k)
+    quantise = p["quant_mode"] == 2 or p["scales"] is not None
+    outputs = {
+        "expand_x": torch.zeros(rows, h, dtype=torch.int8 if quantise else p["x"].dtype),
+        "dynamic_scales": torch.zeros(rows, dtype=torch.float32),
+        "expand_idx": torch.zeros(n * k, dtype=torch.int32),
+        "expert_token_nums": torch.zeros(local, dtype=torch.int64),
+        "ep_recv_counts": torch.zeros(world * local, dtype=torch.int32),
+        "tp_recv_counts": torch.zeros(p["tp_world_size"], dtype=torch.int32),
+        "expand_scales": torch.zeros(rows if p["expert_scales"] is not None else 0, dtype=torch.float32),
+    }
+    return _collectives().mc2_issue(name, a["group_ep"], a, outputs, {"quantise": quantise})
+
+
+def _combine_issue(name: str, a: dict, params: Optional[dict] = None) -> torch.Tensor:
+    """Issue a multi-rank combine (v1 or v2) with its zeroed (tokens, hidden) output."""
+    p = {k: _payload(v) for k, v in a.items()}
+    out = torch.zeros(p["expert_ids"].shape[0], p["expand_x"].shape[1], dtype=p["expand_x"].dtype)
+    (result,) = _collectives().mc2_issue(name, a["group_ep"], a, {"out": out}, params)
+    return result
+
+
+def _combine_multi(name: str, a: dict):
+    """Multi-rank combine (``OpSpec.mc2``), computed by ``_combine_math``."""
+    if _single_device(a):
+        return None
+    _moe_group(name, a)
+    if a["activation_scale"] is not None or a["weight_scale"] is not None:
+        raise NotImplementedError(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
+    return _combine_issue(name, a)
+
+
+_DISPATCH_V2 = "npu_moe_distribute_dispatch_v2"
+_COMBINE_V2 = "npu_moe_distribute_combine_v2"
 
 
 # ============================================================================ MoE dispatch / combine v2
@@ -313,42 +490,12 @@ def _combine_v2_meta(expand_x, expert_ids, assist_info_for_combine, ep_send_coun
     return expand_x.new_empty((expert_ids.size(0), expand_x.size(1)))
 
 
-def _check_moe_group(name: str, a: dict, world: int, rank_in_group: int, members: int) -> None:
-    if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
-        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
-                                  f"quantised communication are not emulated by pytest-npugraph")
-    if world != members or a["ep_rank_id"] != rank_in_group:
-        raise RuntimeError(f"{name}: ep_world_size={world}, ep_rank_id={a['ep_rank_id']}, but {a['group_ep']!r} "
-                           f"has {members} ranks and this is rank {rank_in_group} of it")
-    if a["moe_expert_num"] % world:
-        raise RuntimeError(f"{name}: moe_expert_num={a['moe_expert_num']} is not a multiple of ep_world_size={world}")
-
-
-def _group(name: str, group: str):
-    """``(communicator, this rank's index in it)`` of HCCL comm name ``group`` inside run_ranks."""
-    c = _collectives()
-    job, rank = c.binding()
-    comm = job.by_name(group)
-    if comm is None:
-        raise RuntimeError(f"{name}: {group!r} is not an HCCL communicator of this rank; get it with "
-                           f"pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
-    return comm, comm.members.index(rank)
-
-
-def _payload(t):
-    return t._payload if hasattr(t, "_payload") else t
-
-
 def _dispatch_v2_multi(name: str, a: dict):
-    """Multi-rank dispatch v2: the v1 exchange (collectives' dispatch math) writing into v2's buffers."""
-    world = a["ep_world_size"]
-    if world <= 1 and a["tp_world_size"] <= 1:
+    """Multi-rank dispatch v2: the v1 exchange (``_dispatch_math``) writing into v2's buffers."""
+    if _single_device(a):
         return None
-    if not _inside_ranks():
-        raise RuntimeError(f"{name}: ep_world_size={world} needs {world} ranks: run the rank function with "
-                           f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as group_ep")
-    comm, me = _group(name, a["group_ep"])
-    _check_moe_group(name, a, world, me, len(comm.members))
+    _moe_group(name, a)
+    world = a["ep_world_size"]
     p = {k: _payload(v) for k, v in a.items()}
     _dispatch_v2_unmodelled(name, p["quant_mode"], p["scales"], p["x"], p["elastic_info"], p["zero_expert_num"],
                             p["copy_expert_num"], p["const_expert_num"], p["y_dtype"], p["x_dtype"], p["scales_dtype"])
@@ -360,27 +507,19 @@ def _dispatch_v2_multi(name: str, a: dict):
     local = p["moe_expert_num"] // world
     views = dict(outputs, expand_idx=outputs["assist_info_for_combine"][:n_pairs],
                  ep_recv_counts=outputs["ep_recv_counts"][:world * local])
-    params = {"out": views, "quantise": p["quant_mode"] == 2}
-    return _collectives().mc2_issue(name, a["group_ep"], a, outputs, _collectives()._dispatch, params)
+    return _collectives().mc2_issue(name, a["group_ep"], a, outputs, {"out": views, "quantise": p["quant_mode"] == 2})
 
 
 def _combine_v2_multi(name: str, a: dict):
-    world = a["ep_world_size"]
-    if world <= 1 and a["tp_world_size"] <= 1:
+    """Multi-rank combine v2: ``_combine_math`` with the slots read off ``assist_info_for_combine``."""
+    if _single_device(a):
         return None
-    if not _inside_ranks():
-        raise RuntimeError(f"{name}: ep_world_size={world} needs {world} ranks: run the rank function with "
-                           f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as group_ep")
-    comm, me = _group(name, a["group_ep"])
-    _check_moe_group(name, a, world, me, len(comm.members))
+    _moe_group(name, a)
     p = {k: _payload(v) for k, v in a.items()}
     _combine_v2_unmodelled(name, p["elastic_info"], p["ori_x"], p["const_expert_alpha_1"], p["const_expert_alpha_2"],
                            p["const_expert_v"], p["comm_quant_mode"], p["zero_expert_num"], p["copy_expert_num"],
                            p["const_expert_num"])
-    out = torch.zeros(p["expert_ids"].shape[0], p["expand_x"].shape[1], dtype=p["expand_x"].dtype)
-    params = {"expand_idx": p["assist_info_for_combine"].reshape(-1)[:p["expert_ids"].numel()], "out": {"out": out}}
-    (result,) = _collectives().mc2_issue(name, a["group_ep"], a, {"out": out}, _collectives()._combine, params)
-    return result
+    return _combine_issue(name, a, {"expand_idx": p["assist_info_for_combine"].reshape(-1)[:p["expert_ids"].numel()]})
 
 
 # ============================================================================ TP matmul collectives
@@ -484,10 +623,10 @@ def _mm_all_reduce_multi(name: str, a: dict):
     _mm_all_reduce_checks(p["reduce_op"], p["comm_quant_scale_1"], p["comm_quant_scale_2"], p["comm_quant_mode"],
                           p["group_sizes"], p["x1_dtype"], p["x2_dtype"], p["dequant_scale_dtype"],
                           p["pertoken_scale_dtype"])
-    _group(name, a["hcom"])
+    _group(name, a, "hcom")
     meta = _mm_all_reduce_meta(**{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in p.items()})
     out = torch.zeros(meta.shape, dtype=meta.dtype)
-    (result,) = _collectives().mc2_issue(name, a["hcom"], a, {"out": out}, _mm_all_reduce_math, {"out": {"out": out}})
+    (result,) = _collectives().mc2_issue(name, a["hcom"], a, {"out": out})
     return result
 
 
@@ -518,11 +657,6 @@ def _mm_out_dtype(x1, x2_scale, output_dtype):
 def _mm_common_checks(name, comm_turn) -> None:
     if comm_turn:
         raise _unsupported(name, f"comm_turn={comm_turn}")
-
-
-def _needs_ranks(name: str, world_size: int, hcom_arg: str = "hcom") -> RuntimeError:
-    return RuntimeError(f"{name}: world_size={world_size} needs {world_size} ranks: run the rank function with "
-                        f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as {hcom_arg}")
 
 
 _AGMM = "npu_all_gather_base_mm"
@@ -573,7 +707,7 @@ def _agmm_math(calls):
 
 
 def _check_world(name: str, a: dict) -> None:
-    comm, me = _group(name, a["hcom"])
+    comm, me = _group(name, a, "hcom")
     if a["world_size"] != len(comm.members):
         raise RuntimeError(f"{name}: world_size={a['world_size']}, but {a['hcom']!r} has {len(comm.members)} ranks")
 
@@ -589,7 +723,7 @@ def _agmm_multi(name: str, a: dict):
     out, gather = _agmm_meta(**{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in p.items()})
     outputs = {"out": torch.zeros(out.shape, dtype=out.dtype), "gather_out": torch.zeros(gather.shape,
                                                                                          dtype=gather.dtype)}
-    return _collectives().mc2_issue(name, a["hcom"], a, outputs, _agmm_math, {"out": outputs})
+    return _collectives().mc2_issue(name, a["hcom"], a, outputs)
 
 
 _MMRS = "npu_mm_reduce_scatter_base"
@@ -650,7 +784,7 @@ def _mmrs_multi(name: str, a: dict):
     p = {k: _payload(v) for k, v in a.items()}
     meta = _mmrs_meta(**{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in p.items()})
     out = torch.zeros(meta.shape, dtype=meta.dtype)
-    (result,) = _collectives().mc2_issue(name, a["hcom"], a, {"out": out}, _mmrs_math, {"out": {"out": out}})
+    (result,) = _collectives().mc2_issue(name, a["hcom"], a, {"out": out})
     return result
 
 
@@ -660,7 +794,8 @@ SPECS = [
            "Tensor? expert_scales=None, str group_tp=\"\", int tp_world_size=0, int tp_rank_id=0, "
            "int expert_shard_type=0, int shared_expert_num=1, int shared_expert_rank_num=0, int quant_mode=0, "
            "int global_bs=0, int expert_token_nums_type=1) "
-           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)", npu_moe_distribute_dispatch, mc2()),
+           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)", npu_moe_distribute_dispatch, mc2(),
+           mc2=_dispatch_multi, mc2_math=_dispatch_math),
     OpSpec("npu_moe_distribute_combine(Tensor expand_x, Tensor expert_ids, Tensor expand_idx, "
            "Tensor ep_send_counts, Tensor expert_scales, str group_ep, int ep_world_size, int ep_rank_id, "
            "int moe_expert_num, *, Tensor? tp_send_counts=None, Tensor? x_active_mask=None, "
@@ -668,7 +803,7 @@ SPECS = [
            "Tensor? expand_scales=None, Tensor? shared_expert_x=None, str group_tp=\"\", int tp_world_size=0, "
            "int tp_rank_id=0, int expert_shard_type=0, int shared_expert_num=1, int shared_expert_rank_num=0, "
            "int global_bs=0, int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
-           npu_moe_distribute_combine, mc2()),
+           npu_moe_distribute_combine, mc2(), mc2=_combine_multi, mc2_math=_combine_math),
     OpSpec("npu_moe_distribute_dispatch_v2(Tensor x, Tensor expert_ids, str group_ep, int ep_world_size, "
            "int ep_rank_id, int moe_expert_num, *, Tensor? scales=None, Tensor? x_active_mask=None, "
            "Tensor? expert_scales=None, Tensor? elastic_info=None, Tensor? performance_info=None, str group_tp=\"\", "
@@ -677,7 +812,8 @@ SPECS = [
            "str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, int const_expert_num=0, "
            "int? y_dtype=None, int? x_dtype=None, int? scales_dtype=None) "
            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-           npu_moe_distribute_dispatch_v2, mc2(), meta=_dispatch_v2_meta, mc2=_dispatch_v2_multi),
+           npu_moe_distribute_dispatch_v2, mc2(), meta=_dispatch_v2_meta, mc2=_dispatch_v2_multi,
+           mc2_math=_dispatch_math),
     OpSpec("npu_moe_distribute_combine_v2(Tensor expand_x, Tensor expert_ids, Tensor assist_info_for_combine, "
            "Tensor ep_send_counts, Tensor expert_scales, str group_ep, int ep_world_size, int ep_rank_id, "
            "int moe_expert_num, *, Tensor? tp_send_counts=None, Tensor? x_active_mask=None, "
@@ -687,20 +823,22 @@ SPECS = [
            "int expert_shard_type=0, int shared_expert_num=1, int shared_expert_rank_num=0, int global_bs=0, "
            "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
            "int const_expert_num=0) -> Tensor",
-           npu_moe_distribute_combine_v2, mc2(), meta=_combine_v2_meta, mc2=_combine_v2_multi),
+           npu_moe_distribute_combine_v2, mc2(), meta=_combine_v2_meta, mc2=_combine_v2_multi,
+           mc2_math=_combine_math),
     OpSpec("npu_mm_all_reduce_base(Tensor x1, Tensor x2, str hcom, *, str reduce_op='sum', Tensor? bias=None, "
            "Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? x3=None, Tensor? dequant_scale=None, "
            "Tensor? pertoken_scale=None, Tensor? comm_quant_scale_1=None, Tensor? comm_quant_scale_2=None, "
            "int antiquant_group_size=0, int comm_turn=0, int[]? group_sizes=None, int? y_dtype=None, "
            "int? x1_dtype=None, int? x2_dtype=None, int? dequant_scale_dtype=None, int? pertoken_scale_dtype=None, "
            "int comm_quant_mode=0, str? comm_mode=None) -> Tensor",
-           npu_mm_all_reduce_base, mc2(), meta=_mm_all_reduce_meta, mc2=_mm_all_reduce_multi),
+           npu_mm_all_reduce_base, mc2(), meta=_mm_all_reduce_meta, mc2=_mm_all_reduce_multi,
+           mc2_math=_mm_all_reduce_math),
     OpSpec("npu_all_gather_base_mm(Tensor self, Tensor x2, str hcom, int world_size, *, Tensor? bias=None, "
            "Tensor? x1_scale=None, Tensor? x2_scale=None, int gather_index=0, bool gather_output=True, "
            "int comm_turn=0, ScalarType? output_dtype=None, str? comm_mode=None) -> (Tensor, Tensor)",
-           npu_all_gather_base_mm, mc2(), meta=_agmm_meta, mc2=_agmm_multi),
+           npu_all_gather_base_mm, mc2(), meta=_agmm_meta, mc2=_agmm_multi, mc2_math=_agmm_math),
     OpSpec("npu_mm_reduce_scatter_base(Tensor self, Tensor x2, str hcom, int world_size, *, str reduce_op='sum', "
            "Tensor? bias=None, Tensor? x1_scale=None, Tensor? x2_scale=None, int comm_turn=0, "
            "ScalarType? output_dtype=None, str? comm_mode=None) -> Tensor",
-           npu_mm_reduce_scatter_base, mc2(), meta=_mmrs_meta, mc2=_mmrs_multi),
+           npu_mm_reduce_scatter_base, mc2(), meta=_mmrs_meta, mc2=_mmrs_multi, mc2_math=_mmrs_math),
 ]

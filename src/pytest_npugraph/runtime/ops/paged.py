@@ -205,7 +205,7 @@ def _npu_reshape_and_cache_siso(key, key_cache, slot_indices):
 
 
 def _npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads, scale_value, block_table,
-                         context_lens, out, workspace=None):
+                         context_lens, out, *, workspace=None):
     op = "_npu_paged_attention"
     _check(query.dim() == 3 and query.size(1) == num_heads,
            lambda: f"{op}: query must be [batch, num_heads={num_heads}, head_size], but got {list(query.shape)}")
@@ -251,13 +251,15 @@ SPECS = [
     OpSpec(generated("npu_gather_pa_kv_cache_functional"), npu_gather_pa_kv_cache_functional, vector(),
            meta=lambda key_cache, value_cache, block_tables, seq_lens, key, value, **kwargs: (
                torch.empty_like(key), torch.empty_like(value))),
-    OpSpec("_npu_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
-           "Tensor slot_indices) -> ()", _npu_reshape_and_cache, cores("ATB", vector="all"), namespace="atb",
+    OpSpec(generated("_npu_reshape_and_cache"), _npu_reshape_and_cache, cores("ATB", vector="all"), namespace="atb",
            meta=lambda *args: None),
-    OpSpec("_npu_reshape_and_cache_siso(Tensor key, Tensor(a!) key_cache, Tensor slot_indices) -> ()",
-           _npu_reshape_and_cache_siso, cores("ATB", vector="all"), namespace="atb", meta=lambda *args: None),
-    OpSpec("_npu_paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, "
-           "float scale_value, Tensor block_table, Tensor context_lens, Tensor(a!) out, Tensor? workspace=None) -> ()",
-           _npu_paged_attention, cores("ATB", cube="all", vector="all"), namespace="atb", graph_updatable=True,
-           meta=lambda *args, **kwargs: None),
+    OpSpec(generated("_npu_reshape_and_cache_siso"), _npu_reshape_and_cache_siso, cores("ATB", vector="all"),
+           namespace="atb", meta=lambda *args: None),
+    OpSpec(generated("_npu_paged_attention"), _npu_paged_attention, cores("ATB", cube="all", vector="all"),
+           namespace="atb", graph_updatable=True, meta=lambda *args, **kwargs: None),
+    # no math; torch_npu's npugraph handlers patch its context_lens in a captured graph, as _npu_paged_attention's;
+    # meta: the wheel's (_atb_meta_registrations.py)
+    OpSpec(generated("npu_multi_head_latent_attention"), cores=cores("ATB", cube="all", vector="all"), namespace="atb",
+           graph_updatable=True,
+           meta=lambda q_nope, q_rope, *args, **kwargs: torch.empty_like(q_nope, dtype=q_rope.dtype)),
 ]

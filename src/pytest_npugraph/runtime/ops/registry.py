@@ -3,13 +3,14 @@ derived from them.
 
 Family modules (any module of this package whose name does not start with ``_`` and that defines
 ``SPECS``) hold the ops with math or with facts of their own; adding a family is adding its file.
-Every other op of torch_npu 2.14.0's ``npu`` namespace comes from the generated schema table
-(``_generated.py``, written by ``tools/gen_op_schemas.py``) as a spec without math and with a core
-profile guessed from its name (:func:`default_cores`).
+Every other op of torch_npu 2.14.0's ``npu`` namespace and of its ATB ops (``torch.ops.atb``) comes
+from the generated schema table (``_generated.py``, written by ``tools/gen_op_schemas.py``) as a spec
+without math and with a core profile guessed from its name (:func:`default_cores`, :func:`atb_cores`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import pkgutil
@@ -22,10 +23,6 @@ from .spec import OpSpec, cores, cube, mc2, mix, vector
 _NOT_FAMILIES = {"spec", "registry", "library", "aten"}
 _specs: Optional[List[OpSpec]] = None
 _table: Optional[Dict[str, OpSpec]] = None
-
-# ATB ops without a spec here that a captured graph may update as well: torch_npu's npugraph handlers
-# patch their context_lens argument (``_npu_paged_attention``'s spec in paged.py says so itself).
-_ATB_GRAPH_UPDATABLE = ("npu_multi_head_latent_attention",)
 
 
 def family_modules() -> list:
@@ -60,7 +57,8 @@ def by_name() -> Dict[str, OpSpec]:
 
 def table() -> Dict[str, OpSpec]:
     """Every op overload: the family specs, then each generated schema without a family spec
-    (``impl=None``, the profile :func:`default_cores` gives its name)."""
+    (``impl=None``, the profile :func:`default_cores` or, for an ATB op, :func:`atb_cores` gives its
+    name)."""
     global _table
     if _table is None:
         found = by_name()
@@ -68,6 +66,10 @@ def table() -> Dict[str, OpSpec]:
             name = schema[:schema.index("(")]
             if name not in found:
                 found[name] = OpSpec(schema, cores=default_cores(name))
+        for schema in _generated.ATB_SCHEMAS:
+            name = schema[:schema.index("(")]
+            if name not in found:
+                found[name] = OpSpec(schema, cores=atb_cores(name), namespace="atb")
         _table = found
     return _table
 
@@ -75,6 +77,19 @@ def table() -> Dict[str, OpSpec]:
 def generated_names() -> List[str]:
     """Every overload name of torch_npu's ``npu`` namespace, in the yaml's order."""
     return [schema[:schema.index("(")] for schema in _generated.SCHEMAS]
+
+
+def atb_names() -> List[str]:
+    """Every overload name of torch_npu's ATB ops (``torch.ops.atb``)."""
+    return [schema[:schema.index("(")] for schema in _generated.ATB_SCHEMAS]
+
+
+@functools.lru_cache(maxsize=None)
+def atb_exports() -> Dict[str, str]:
+    """ATB op name -> the module torch_npu exports it from: ``"torch_npu"`` (``torch_npu._npu_paged_attention``)
+    or ``"torch_npu.atb"`` (``torch_npu.atb.npu_multi_head_latent_attention``).  Read only."""
+    return dict([(name, "torch_npu") for name in _generated.ATB_TOP_LEVEL] +
+                [(name, "torch_npu.atb") for name in _generated.ATB_MODULE])
 
 
 # ----------------------------------------------------------------------------- derived tables
@@ -90,7 +105,7 @@ def graph_updatable() -> tuple:
     for spec in specs():
         if spec.graph_updatable and spec.base not in names:
             names.append(spec.base)
-    return tuple(names) + _ATB_GRAPH_UPDATABLE
+    return tuple(names)
 
 
 def mc2_kernels() -> Dict[str, object]:
@@ -122,3 +137,14 @@ def default_cores(name: str) -> dict:
     if base.endswith(("_get_max_workspace", "_infer_output")):  # host-side shape/workspace queries
         return cores("AICPU", limit_applies=False)
     return vector()
+
+
+def atb_cores(name: str) -> dict:
+    """A core profile for an ATB op known only by name: an ATB kernel on the core types
+    :func:`default_cores` gives the name (MLA kernels: cube and vector), host-side for a workspace
+    query (``_npu_paged_attention_get_workspace``)."""
+    base = name.split(".", 1)[0]
+    if "_get_workspace" in base:
+        return cores("AICPU", limit_applies=False)
+    profile = mix() if "mla" in base else default_cores(name)
+    return cores("ATB", cube=profile["cube"], vector=profile["vector"])

@@ -6,8 +6,9 @@ the op profiles, TorchAir's multi-inplace table (``compiler/reinplace.py``), the
 graph may update (``torch.npu.graph`` auto-dispatch) and the multi-rank MC2 kernels are all read
 off these records, so adding an op touches one file.
 
-Every op name of torch_npu 2.14.0 that no family module covers still exists, from the generated
-schema table (``_generated.py``), with ``impl=None``: calling it raises ``NotImplementedError``
+Every op name of torch_npu 2.14.0 (its ``npu`` namespace and its ATB ops, ``torch.ops.atb``) that
+no family module covers still exists, from the generated schema table (``_generated.py``), with
+``impl=None``: calling it raises ``NotImplementedError``
 naming the op, its schema and the ``pytest_npugraph_register_ops`` snippet that supplies it.
 """
 from __future__ import annotations
@@ -55,14 +56,14 @@ def mc2() -> dict:
 
 
 def generated(name: str) -> str:
-    """The verbatim torch_npu 2.14.0 schema of overload ``name`` ("op" or "op.overload"), from the
-    generated table, so a family module need not repeat a long schema."""
+    """The verbatim torch_npu 2.14.0 schema of overload ``name`` ("op" or "op.overload") of its ``npu``
+    or ``atb`` namespace, from the generated table, so a family module need not repeat a long schema."""
     from . import _generated
 
-    for schema in _generated.SCHEMAS:
+    for schema in _generated.SCHEMAS + _generated.ATB_SCHEMAS:
         if schema.startswith(name + "("):
             return schema
-    raise KeyError(f"{name} is not an op of torch_npu 2.14.0's npu namespace")
+    raise KeyError(f"{name} is not an op of torch_npu 2.14.0's npu or atb namespace")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,10 @@ class OpSpec:
     ``reinplace``: TorchAir's ``register_inplaceable_npu_op`` entry of this functional op,
     ``(in-place op name, mutated argument indices)``.
     ``graph_updatable``: captured ``torch.npu.graph(auto_dispatch_capture=True)`` may update it.
-    ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks``.
+    ``mc2``: the multi-rank kernel ``fn(name, arguments: dict)`` used inside ``run_ranks`` (None from
+    it: the single-device path); it issues the call with ``collectives.mc2_issue``.
+    ``mc2_math``: that collective's math, ``fn(calls)``: once every member issued it, fills every
+    rank's outputs from all ranks' calls (``collectives.MATH[name]``).
     ``namespace``: ``torch.ops.<namespace>``; ``"atb"`` for torch_npu's ATB ops (``torch_npu._npu_*``).
     ``autograd``: ``(setup_context, backward)`` for ``torch.library.register_autograd``, as torch_npu
     registers the op's backward (``npu_rotary_mul`` -> ``npu_rotary_mul_backward``).
@@ -88,6 +92,7 @@ class OpSpec:
     reinplace: Optional[Tuple[str, Tuple[int, ...]]] = None
     graph_updatable: bool = False
     mc2: Optional[Callable] = None
+    mc2_math: Optional[Callable] = None
     namespace: str = "npu"
     autograd: Optional[Tuple[Callable, Callable]] = None
 

@@ -72,6 +72,7 @@ from .npu._format import Format, get_npu_format  # noqa: E402,F401
 _accelerator.install()
 
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
+from . import atb  # noqa: E402,F401  (torch_npu.atb: the ATB ops of _atb_ops.ATB_API_LIST)
 from . import distributed  # noqa: E402,F401  (registers the hccl backend)
 from .utils import _dynamo as _dynamo_patch  # noqa: E402
 
@@ -110,10 +111,13 @@ _export_torch_ops()
 
 def __getattr__(name):
     """Every op of torch_npu's ``npu`` namespace is ``torch_npu.<name>`` (torch_npu exports each name
-    of ``torch.ops.npu``); ops the emulator has no math for raise ``NotImplementedError`` when called."""
-    from pytest_npugraph.runtime.ops import library as _ops
+    of ``torch.ops.npu``), and so are the ATB ops of ``_atb_ops.API_LIST`` (``torch_npu._npu_paged_attention``
+    is ``torch.ops.atb._npu_paged_attention``; the others are ``torch_npu.atb.<name>``); ops the emulator
+    has no math for raise ``NotImplementedError`` when called."""
+    from pytest_npugraph.runtime.ops import library as _ops, registry as _registry
 
-    packet = _ops.packet(name) if not name.startswith("__") else None
+    top_level = not name.startswith("__") and _registry.atb_exports().get(name, "torch_npu") == "torch_npu"
+    packet = _ops.packet(name) if top_level else None
     if packet is not None:
         return packet
     if name.startswith("npu_") or name.startswith("_npu_"):
@@ -127,6 +131,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    from pytest_npugraph.runtime.ops import library as _ops
+    from pytest_npugraph.runtime.ops import library as _ops, registry as _registry
 
-    return sorted(set(globals()) | set(_ops.op_names()))
+    atb = {name for name, where in _registry.atb_exports().items() if where == "torch_npu"}
+    return sorted(set(globals()) | set(_ops.op_names()) | atb)
