@@ -109,7 +109,7 @@ def test_async_collectives_agree_with_the_exhaustive_oracle(npugraph):
     base = CONTEXT.config
     verdicts: Counter = Counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                      HealthCheck.function_scoped_fixture])
     @given(programs())
