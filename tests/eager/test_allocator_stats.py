@@ -36,9 +36,8 @@ changes = st.lists(st.tuples(st.sampled_from(KINDS), st.booleans(), st.integers(
 def test_logged_changes_read_as_counters_updated_one_at_a_time(by_hand, script):
     stats, counters = Stats(), {}
     stats.ROWS_BY_HAND = by_hand
-    logs = {kind: stats.logger(kind) for kind in KINDS}
     for kind, small, x, y, read_now in script:
-        logs[kind](small, x, y)
+        stats.log.extend((Stats.code(kind, small), x, y))
         oracle_apply(counters, kind, small, x, y)
         if read_now:            # a read applies the log so far; later changes continue from there
             stats.values
@@ -50,12 +49,11 @@ def test_logged_changes_read_as_counters_updated_one_at_a_time(by_hand, script):
 
 def test_reading_applies_the_log_once_and_resets_see_applied_values():
     stats = Stats()
-    malloced, freed = stats.logger("malloced"), stats.logger("freed")
-    malloced(True, 4096, 4000)
-    freed(True, 4096)
+    stats.log.extend((Stats.code("malloced", True), 4096, 4000))
+    stats.log.extend((Stats.code("freed", True), 4096, 0))
     stats.reset_peaks()                          # peaks drop to the applied current values
     assert stats.values["allocated_bytes"]["all"].peak == 0
-    malloced(False, 1 << 21, 1 << 21)
+    stats.log.extend((Stats.code("malloced"), 1 << 21, 1 << 21))
     nested = stats.as_nested_dict()
     assert nested["allocated_bytes"]["large_pool"] == {"current": 1 << 21, "peak": 1 << 21,
                                                        "allocated": 1 << 21, "freed": 0}

@@ -132,8 +132,8 @@ class Stats:
     """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
 
     Why a log: a malloc or free changes five to eight counters, and peaks must be exact, on every op,
-    while few tests ever read them.  So the allocator logs each change as three ints in an
-    ``array`` (``logger``), and reading the statistics applies the log: a short one counter by
+    while few tests ever read them.  So the allocator logs each change as three ints in the
+    ``log`` array (``code``, x, y), and reading the statistics applies the log: a short one counter by
     counter, a long one at once with torch (per-row deltas, prefix sums for the current values and
     their peaks, clamped sums for the totals added and removed): the same numbers either way.
     """
@@ -161,22 +161,19 @@ class Stats:
 
     def __init__(self):
         self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
-        self._log = array.array("q")
+        self.log = array.array("q")      # (code, x, y) per change: the allocator extends it
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
 
-    def logger(self, kind: str):
-        """``log(small, x, y)``: logs one change of kind ``kind`` (``KINDS``) to the small or large pool."""
-        extend, code = self._log.extend, self.CODES[kind] * 2
-
-        def log(small: bool, x: int = 0, y: int = 0) -> None:
-            extend((code + small, x, y))
-        return log
+    @classmethod
+    def code(cls, kind: str, small: bool = False) -> int:
+        """The first int of a log entry: ``kind`` (``KINDS``) of change to the small or large pool."""
+        return cls.CODES[kind] * 2 + small
 
     def _fold(self) -> None:
-        log = self._log
+        log = self.log
         if len(log) <= 3 * self.ROWS_BY_HAND:
             rows = [log[i:i + 3] for i in range(0, len(log), 3)]
             del log[:]
@@ -203,8 +200,8 @@ class Stats:
     def _apply_vectorised(self) -> None:
         import torch
 
-        rows = torch.frombuffer(self._log, dtype=torch.int64).view(-1, 3).clone()
-        del self._log[:]
+        rows = torch.frombuffer(self.log, dtype=torch.int64).view(-1, 3).clone()
+        del self.log[:]
         kind, small = rows[:, 0] // 2, rows[:, 0] % 2
         c = torch.tensor(_COEFFICIENTS)[kind]              # (rows, 3, arrays)
         deltas = c[:, 0] + rows[:, 1:2] * c[:, 1] + rows[:, 2:3] * c[:, 2]
@@ -228,13 +225,13 @@ class Stats:
                 for changes in cls.KINDS.values()]
 
     def fold_if_long(self) -> None:
-        if len(self._log) >= self.FOLD_AT:
+        if len(self.log) >= self.FOLD_AT:
             self._fold()
 
     @property
     def values(self) -> dict:
         """name -> pool -> ``_Stat``, with every logged change applied."""
-        if self._log:
+        if self.log:
             self._fold()
         return self._values
 
@@ -267,6 +264,9 @@ class Stats:
 
 
 _COEFFICIENTS = Stats.coefficients()
+# the log codes of the allocator's changes (plus 1 for the small pool)
+(_MALLOCED, _FREED, _RELEASED, _SEGMENT_ADDED, _SEGMENT_REMOVED, _SPLIT_ADDED, _SPLIT_REMOVED,
+ _SPLIT_SHRUNK) = (Stats.code(kind) for kind in Stats.KINDS)
 
 
 class CachingAllocator:
@@ -289,11 +289,7 @@ class CachingAllocator:
         self.next_address = BASE_ADDRESS + next(_regions) * REGION
         self.reserved = 0
         self.stats = Stats()
-        log = self.stats.logger      # each kind of change of the statistics: f(small, x, y)
-        self._malloced, self._freed, self._released = log("malloced"), log("freed"), log("released")
-        self._segment_added, self._segment_removed = log("segment_added"), log("segment_removed")
-        self._split_added, self._split_removed = log("split_added"), log("split_removed")
-        self._split_shrunk = log("split_shrunk")
+        self._stat = self.stats.log.extend     # logs one change of the statistics: (code, x, y)
         self.fraction = 1.0
         self._busy = 0                 # > 0 while the pools are being changed
         self._deferred: list = []      # Blocks that died meanwhile (a finalizer run by the GC)
@@ -316,14 +312,22 @@ class CachingAllocator:
                     self.free(self._deferred.pop())
 
     def malloc(self, nbytes: int, stream: int, pool=None) -> Block:
-        return self._locked(self._malloc, nbytes, stream, pool)
+        with self.runtime.lock:             # as _locked, without its extra call (every op mallocs)
+            self._busy += 1
+            try:
+                return self._malloc(nbytes, stream, pool)
+            finally:
+                self._busy -= 1
+                while self._deferred and not self._busy:
+                    self.free(self._deferred.pop())
 
     def _malloc(self, nbytes: int, stream: int, pool) -> Block:
         if nbytes >= HUGE:
             raise self._oom(None)
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
-        self._process_pending()
+        if self.pending:
+            self._process_pending()
         chunk = self._take_cached(size, stream, small, pool)
         if chunk is None:
             chunk = self._new_segment(size, stream, small, pool)
@@ -332,7 +336,7 @@ class CachingAllocator:
         chunk.owner = block
         chunk.requested = nbytes
         self.runtime.devices[self.device].initialized = True   # using a device activates it
-        self._malloced(small, chunk.size, nbytes)
+        self._stat((_MALLOCED + small, chunk.size, nbytes))
         self.stats.fold_if_long()
         return block
 
@@ -369,7 +373,7 @@ class CachingAllocator:
         self.next_address += seg_size
         self.reserved += seg_size
         self.stats.counters["num_device_alloc"] += 1
-        self._segment_added(small, seg_size)
+        self._stat((_SEGMENT_ADDED + small, seg_size, 0))
         chunk = Chunk(seg, seg.lo, seg_size)
         seg.blocks.append(chunk)
         self.segments.append(seg)
@@ -387,11 +391,11 @@ class CachingAllocator:
             blocks.insert(blocks.index(chunk) + 1, tail)
             self._cache(tail)
             if was_split:       # an inactive split shrinks by the bytes taken
-                self._split_shrunk(small, size)
+                self._stat((_SPLIT_SHRUNK + small, size, 0))
             else:               # a new inactive split (the tail) appears
-                self._split_added(small, rest)
+                self._stat((_SPLIT_ADDED + small, rest, 0))
         elif was_split:         # a whole inactive split becomes active
-            self._split_removed(small, chunk.size)
+            self._stat((_SPLIT_REMOVED + small, chunk.size, 0))
         return chunk
 
     def _cache(self, chunk: Chunk) -> None:
@@ -441,9 +445,9 @@ class CachingAllocator:
         chunk = block.chunk
         chunk.owner = None
         small = chunk.segment.small
-        self._freed(small, chunk.size)
+        self._stat((_FREED + small, chunk.size, 0))
         self.runtime.on_free(block, frame)
-        uses = block.stream_uses - {block.stream}
+        uses = block.stream_uses and block.stream_uses - {block.stream}
         if uses:    # the real allocator records an event on each and waits for them before reuse
             chunk.pending = True
             self.pending.append((chunk, {s: self.runtime.stream_mark(s) for s in uses}))
@@ -454,21 +458,22 @@ class CachingAllocator:
         """Return a chunk to its pool (inactive now), merging it with free neighbours."""
         chunk.pending = False
         small = chunk.segment.small
-        self._released(small, chunk.size, chunk.requested)
+        self._stat((_RELEASED + small, chunk.size, chunk.requested))
         chunk.requested = 0
         blocks = chunk.segment.blocks
-        i = blocks.index(chunk)
-        for j in (i + 1, i - 1):
-            if 0 <= j < len(blocks):
-                other = blocks[j]
-                if not other.allocated and not other.pending:
-                    self._uncache(other)
-                    self._split_removed(small, other.size)
-                    chunk.lo = min(chunk.lo, other.lo)
-                    chunk.size += other.size
-                    blocks.remove(other)
-        if chunk.split:
-            self._split_added(small, chunk.size)
+        if len(blocks) > 1:
+            i = blocks.index(chunk)
+            for j in (i + 1, i - 1):     # the next one first: ``i`` stays this chunk's index
+                if 0 <= j < len(blocks):
+                    other = blocks[j]
+                    if not other.allocated and not other.pending:
+                        self._uncache(other)
+                        self._stat((_SPLIT_REMOVED + small, other.size, 0))
+                        chunk.lo = min(chunk.lo, other.lo)
+                        chunk.size += other.size
+                        del blocks[j]
+            if len(blocks) > 1:
+                self._stat((_SPLIT_ADDED + small, chunk.size, 0))
         self._cache(chunk)
 
     def _process_pending(self, synchronize: bool = False) -> None:
@@ -505,7 +510,7 @@ class CachingAllocator:
                     self._uncache(c)
                 self.reserved -= seg.size
                 self.stats.counters["num_device_free"] += 1
-                self._segment_removed(seg.small, seg.size)
+                self._stat((_SEGMENT_REMOVED + seg.small, seg.size, 0))
             else:
                 keep.append(seg)
         self.segments = keep
