@@ -197,6 +197,32 @@ def test_update_patches_the_attention_lengths_of_an_auto_dispatch_capture(npugra
     torch.testing.assert_close(out.cpu(), attention([3]).cpu())
 
 
+def test_update_patches_an_argument_the_schema_takes_positionally(npugraph):
+    # _npu_paged_attention's context_lens is a positional argument of its schema: the capture records
+    # the call normalised, whatever names the caller used, and update() must still find it by name.
+    batch, heads, dim, blocks, block_size = 2, 2, 8, 4, 4
+    q = torch.randn(batch, heads, dim, dtype=torch.float16).npu()
+    key_cache = torch.randn(blocks, block_size, heads, dim, dtype=torch.float16).npu()
+    value_cache = torch.randn(blocks, block_size, heads, dim, dtype=torch.float16).npu()
+    block_table = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]], dtype=torch.int32).npu()
+
+    def attention(lengths, out):
+        torch_npu._npu_paged_attention(query=q, key_cache=key_cache, value_cache=value_cache, num_kv_heads=heads,
+                                       num_heads=heads, scale_value=0.5, block_table=block_table,
+                                       context_lens=torch.tensor(lengths, dtype=torch.int32), out=out)
+        return out
+
+    out = torch.zeros(batch, heads, dim, dtype=torch.float16).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g, stream=torch.npu.Stream(), auto_dispatch_capture=True):
+        attention([2, 3], out)
+    g.update(cpu_update_input=[{"context_lens": torch.tensor([7, 5], dtype=torch.int32)}])
+    g.replay()
+    expected = attention([7, 5], torch.zeros_like(out))
+    torch.testing.assert_close(out.cpu(), expected.cpu())
+    assert not torch.equal(expected.cpu(), attention([2, 3], torch.zeros_like(out)).cpu())
+
+
 def test_make_graphed_callables(npugraph):
     model = torch.nn.Linear(4, 4).npu()
     for p in model.parameters():

@@ -116,6 +116,24 @@ def super_kernel_scope_end(scope_name: Optional[str] = None):
 
 
 # ---------------------------------------------------------------------------- NPUGraph
+def _patched_step(step, update: dict):
+    """A replay step with the arguments ``update`` names replaced: the capture recorded the call
+    normalised (positional arguments as positional, whatever names the caller used), so a name is
+    found through the op's schema; a name the op does not take is ignored."""
+    fn, args, kwargs, dst = step
+    schema = getattr(fn, "_schema", None)
+    positions = {} if schema is None else {a.name: i for i, a in enumerate(schema.arguments)}
+    args, kwargs = list(args), dict(kwargs)
+    for name, value in update.items():
+        if name in kwargs:
+            kwargs[name] = value
+        elif positions.get(name, len(args)) < len(args):
+            args[positions[name]] = value
+        elif name in positions and schema.arguments[positions[name]].kwarg_only:
+            kwargs[name] = value
+    return (fn, tuple(args), kwargs, dst)
+
+
 class NPUGraph:
     """A captured NPU graph: ``capture_begin``/``capture_end`` record the work issued on the capture
     stream, ``replay`` runs it again (on the current stream) over the same memory."""
@@ -207,9 +225,7 @@ class NPUGraph:
                                f"and there are only {len(cpu_update_input)} elements in the incoming "
                                f"cpu_update_input list", pta_error(ErrCode.PARAM))
         for index, update in zip(records, cpu_update_input):
-            fn, args, kwargs, dst = self._graph.steps[index]
-            kwargs = dict(kwargs, **{k: v for k, v in update.items() if k in kwargs})
-            self._graph.steps[index] = (fn, args, kwargs, dst)
+            self._graph.steps[index] = _patched_step(self._graph.steps[index], update)
 
     def debug_dump(self, debug_path):
         """Write the captured tasks as Chrome-trace JSON (and an ``.aligned.json`` copy)."""
