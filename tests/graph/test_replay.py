@@ -244,3 +244,15 @@ def test_super_kernel_scope_ops_eagerly(npugraph):
     with pytest.raises(RuntimeError) as info:
         torch.npu.super_kernel_scope_end("")
     assert info.value.args[0] == "scope_name should be None or a non-empty string."
+
+
+def test_task_group_functions_are_torch_npu_npu_attributes(npugraph):
+    # torch_npu.npu exports graph_task_group_begin/end and graph_task_update_begin/end (its __all__)
+    stream = torch.npu.Stream()
+    torch.npu.graph_task_group_begin(stream)
+    handle = torch_npu.npu.graph_task_group_end(stream)
+    torch.npu.graph_task_update_begin(stream, handle)
+    torch_npu.npu.graph_task_update_end(stream)
+    assert [type(m) for m in records(npugraph, (T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin,
+                                                T.TaskUpdateEnd))] == \
+        [T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin, T.TaskUpdateEnd]

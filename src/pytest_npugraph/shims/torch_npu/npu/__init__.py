@@ -228,7 +228,8 @@ def is_current_stream_capturing() -> bool:
 def __getattr__(name):
     """Graph APIs live in the graphs module, imported on first use."""
     if name in ("NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables",
-                "super_kernel_scope_begin", "super_kernel_scope_end"):
+                "super_kernel_scope_begin", "super_kernel_scope_end", "graph_task_group_begin",
+                "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end"):
         from . import graphs
 
         return getattr(graphs, name)
