@@ -19,8 +19,8 @@ from .memory import (caching_allocator_alloc, caching_allocator_delete, empty_ca
                      memory_reserved, memory_snapshot, memory_stats, memory_stats_as_nested_dict, memory_summary,
                      reset_accumulated_memory_stats, reset_max_memory_allocated, reset_max_memory_cached,
                      reset_peak_memory_stats, set_per_process_memory_fraction)
-from .npu_config import (get_device_limit, get_stream_limit, reset_stream_limit, set_device_limit,
-                         set_stream_limit)
+from .npu_config import (get_device_limit, get_stream_limit, is_jit_compile_false, reset_stream_limit,
+                         set_compile_mode, set_device_limit, set_stream_limit)
 from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStream
 from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
                     device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
@@ -42,11 +42,17 @@ __all__ = [
     "max_memory_reserved", "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
     "get_allocator_backend", "host_empty_cache",
     "set_device_limit", "get_device_limit", "set_stream_limit", "reset_stream_limit", "get_stream_limit",
+    "set_compile_mode", "is_jit_compile_false",
     "is_bf16_supported", "get_amp_supported_dtype", "is_autocast_enabled", "get_autocast_dtype",
     "set_autocast_enabled", "set_autocast_dtype",
     "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor", "IntTensor", "LongTensor",
     "ShortTensor", "BFloat16Tensor",
 ]
+
+config = npu_config._npuConfig()
+matmul = npu_config._allowHF32Matmul()
+conv = npu_config._allowHF32Conv()
+
 
 def _lazy_init() -> None:
     """Initialise the NPU state (per test in the emulator: every test starts uninitialised)."""
