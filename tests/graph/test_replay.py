@@ -256,3 +256,21 @@ def test_task_group_functions_are_torch_npu_npu_attributes(npugraph):
     assert [type(m) for m in records(npugraph, (T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin,
                                                 T.TaskUpdateEnd))] == \
         [T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin, T.TaskUpdateEnd]
+
+
+def test_a_capture_draws_no_random_numbers_and_each_replay_draws_on(npugraph):
+    # the graph-safe generator: seed, capture, replay gives what the eager op gives after the same seed,
+    # and a second replay continues the sequence as a second eager call would
+    torch.npu.manual_seed(42)
+    first = torch.empty(16, device="npu").uniform_(-1, 1).cpu()
+    second = torch.empty(16, device="npu").uniform_(-1, 1).cpu()
+    torch.npu.manual_seed(42)
+    state = torch.npu.get_rng_state()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        out = torch.empty(16, device="npu").uniform_(-1, 1)
+    assert torch.equal(torch.npu.get_rng_state(), state)
+    g.replay()
+    torch.testing.assert_close(out.cpu(), first, rtol=0, atol=0)
+    g.replay()
+    torch.testing.assert_close(out.cpu(), second, rtol=0, atol=0)
