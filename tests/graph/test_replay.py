@@ -274,3 +274,20 @@ def test_a_capture_draws_no_random_numbers_and_each_replay_draws_on(npugraph):
     torch.testing.assert_close(out.cpu(), first, rtol=0, atol=0)
     g.replay()
     torch.testing.assert_close(out.cpu(), second, rtol=0, atol=0)
+
+
+def test_the_seed_cannot_change_during_a_capture(npugraph):
+    message = ("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed is the "
+               "same as the original seed.")
+    torch.npu.manual_seed(1)
+    other_seed = torch.npu.get_rng_state()
+    torch.npu.manual_seed(0)
+    with pytest.raises(RuntimeError, match=message):
+        with torch.npu.graph(torch.npu.NPUGraph()):
+            torch.npu.manual_seed(1)
+    with pytest.raises(RuntimeError, match=message):
+        with torch.npu.graph(torch.npu.NPUGraph()):
+            torch.npu.set_rng_state(other_seed)
+    with torch.npu.graph(torch.npu.NPUGraph()):
+        torch.npu.manual_seed(0)                  # the same seed is allowed
+    torch.npu.manual_seed(1)                      # and any seed outside a capture

@@ -166,8 +166,17 @@ def can_device_access_peer(device, peer) -> bool:
 
 # NPU ops run on the CPU, so the NPU generator is torch's CPU generator.  Not torch.manual_seed:
 # that calls torch.npu.manual_seed_all (the privateuse1 device module's) right back.
+def _check_seed_during_capture(seed: int) -> None:
+    """The generator of a device in stream capture keeps its seed (NPUGeneratorImpl::set_current_seed)."""
+    if is_current_stream_capturing() and seed != torch.default_generator.initial_seed():
+        raise RuntimeError("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed "
+                           "is the same as the original seed.")
+
+
 def manual_seed(seed) -> None:
-    torch.default_generator.manual_seed(int(seed))
+    seed = int(seed)
+    _check_seed_during_capture(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 manual_seed_all = manual_seed
@@ -189,6 +198,10 @@ def get_rng_state(device="npu"):
 
 
 def set_rng_state(new_state, device="npu") -> None:
+    if is_current_stream_capturing():
+        probe = torch.Generator()
+        probe.set_state(new_state)
+        _check_seed_during_capture(probe.initial_seed())
     torch.set_rng_state(new_state)
 
 
