@@ -291,3 +291,27 @@ def test_the_seed_cannot_change_during_a_capture(npugraph):
     with torch.npu.graph(torch.npu.NPUGraph()):
         torch.npu.manual_seed(0)                  # the same seed is allowed
     torch.npu.manual_seed(1)                      # and any seed outside a capture
+
+
+def test_super_kernel_optimize_checks_option_keys_and_types(npugraph):
+    g = torch.npu.NPUGraph()
+    x = torch.ones(2, device="npu")
+    with torch.npu.graph(g):
+        x + 1
+    g.super_kernel_optimize(optimize_options={"preload_code": 1, "dcci_before_kernel_start": ["k"],
+                                              "aggressive_opt_strategies": {"task_breaker_bypass": 1}},
+                            debug_options={"debug_extend": "x"})
+    for kwargs, message in [
+            ({"optimize_options": {"preload": 1}}, "Invalid optimize_options param key: 'preload'."),
+            ({"optimize_options": {"split_mode": "1"}}, "optimize_options param['split_mode'] must be int, got str"),
+            ({"optimize_options": {"dcci_after_kernel_end": ["a", 2]}},
+             "optimize_options['dcci_after_kernel_end'][1] must be str, got int"),
+            ({"optimize_options": {"aggressive_opt_strategies": {"bypass": 1}}},
+             "Invalid sub_key 'bypass' in optimize_options['aggressive_opt_strategies']."),
+            ({"optimize_options": {"aggressive_opt_strategies": {"value_breaker_bypass": 1.0}}},
+             "optimize_options['aggressive_opt_strategies']['value_breaker_bypass'] must be int, got float"),
+            ({"debug_options": {"debug_sync_all": None}}, "debug_options param['debug_sync_all'] must be int, got NoneType"),
+            ({"debug_options": {"preload_code": 1}}, "Invalid debug_options param key: 'preload_code'.")]:
+        with pytest.raises(RuntimeError) as info:
+            g.super_kernel_optimize(**kwargs)
+        assert info.value.args[0] == message
