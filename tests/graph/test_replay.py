@@ -197,6 +197,32 @@ def test_update_patches_the_attention_lengths_of_an_auto_dispatch_capture(npugra
     torch.testing.assert_close(out.cpu(), attention([3]).cpu())
 
 
+def test_update_patches_an_argument_the_schema_takes_positionally(npugraph):
+    # _npu_paged_attention's context_lens is a positional argument of its schema: the capture records
+    # the call normalised, whatever names the caller used, and update() must still find it by name.
+    batch, heads, dim, blocks, block_size = 2, 2, 8, 4, 4
+    q = torch.randn(batch, heads, dim, dtype=torch.float16).npu()
+    key_cache = torch.randn(blocks, block_size, heads, dim, dtype=torch.float16).npu()
+    value_cache = torch.randn(blocks, block_size, heads, dim, dtype=torch.float16).npu()
+    block_table = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]], dtype=torch.int32).npu()
+
+    def attention(lengths, out):
+        torch_npu._npu_paged_attention(query=q, key_cache=key_cache, value_cache=value_cache, num_kv_heads=heads,
+                                       num_heads=heads, scale_value=0.5, block_table=block_table,
+                                       context_lens=torch.tensor(lengths, dtype=torch.int32), out=out)
+        return out
+
+    out = torch.zeros(batch, heads, dim, dtype=torch.float16).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g, stream=torch.npu.Stream(), auto_dispatch_capture=True):
+        attention([2, 3], out)
+    g.update(cpu_update_input=[{"context_lens": torch.tensor([7, 5], dtype=torch.int32)}])
+    g.replay()
+    expected = attention([7, 5], torch.zeros_like(out))
+    torch.testing.assert_close(out.cpu(), expected.cpu())
+    assert not torch.equal(expected.cpu(), attention([2, 3], torch.zeros_like(out)).cpu())
+
+
 def test_make_graphed_callables(npugraph):
     model = torch.nn.Linear(4, 4).npu()
     for p in model.parameters():
@@ -218,3 +244,74 @@ def test_super_kernel_scope_ops_eagerly(npugraph):
     with pytest.raises(RuntimeError) as info:
         torch.npu.super_kernel_scope_end("")
     assert info.value.args[0] == "scope_name should be None or a non-empty string."
+
+
+def test_task_group_functions_are_torch_npu_npu_attributes(npugraph):
+    # torch_npu.npu exports graph_task_group_begin/end and graph_task_update_begin/end (its __all__)
+    stream = torch.npu.Stream()
+    torch.npu.graph_task_group_begin(stream)
+    handle = torch_npu.npu.graph_task_group_end(stream)
+    torch.npu.graph_task_update_begin(stream, handle)
+    torch_npu.npu.graph_task_update_end(stream)
+    assert [type(m) for m in records(npugraph, (T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin,
+                                                T.TaskUpdateEnd))] == \
+        [T.TaskGroupBegin, T.TaskGroupEnd, T.TaskUpdateBegin, T.TaskUpdateEnd]
+
+
+def test_a_capture_draws_no_random_numbers_and_each_replay_draws_on(npugraph):
+    # the graph-safe generator: seed, capture, replay gives what the eager op gives after the same seed,
+    # and a second replay continues the sequence as a second eager call would
+    torch.npu.manual_seed(42)
+    first = torch.empty(16, device="npu").uniform_(-1, 1).cpu()
+    second = torch.empty(16, device="npu").uniform_(-1, 1).cpu()
+    torch.npu.manual_seed(42)
+    state = torch.npu.get_rng_state()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        out = torch.empty(16, device="npu").uniform_(-1, 1)
+    assert torch.equal(torch.npu.get_rng_state(), state)
+    g.replay()
+    torch.testing.assert_close(out.cpu(), first, rtol=0, atol=0)
+    g.replay()
+    torch.testing.assert_close(out.cpu(), second, rtol=0, atol=0)
+
+
+def test_the_seed_cannot_change_during_a_capture(npugraph):
+    message = ("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed is the "
+               "same as the original seed.")
+    torch.npu.manual_seed(1)
+    other_seed = torch.npu.get_rng_state()
+    torch.npu.manual_seed(0)
+    with pytest.raises(RuntimeError, match=message):
+        with torch.npu.graph(torch.npu.NPUGraph()):
+            torch.npu.manual_seed(1)
+    with pytest.raises(RuntimeError, match=message):
+        with torch.npu.graph(torch.npu.NPUGraph()):
+            torch.npu.set_rng_state(other_seed)
+    with torch.npu.graph(torch.npu.NPUGraph()):
+        torch.npu.manual_seed(0)                  # the same seed is allowed
+    torch.npu.manual_seed(1)                      # and any seed outside a capture
+
+
+def test_super_kernel_optimize_checks_option_keys_and_types(npugraph):
+    g = torch.npu.NPUGraph()
+    x = torch.ones(2, device="npu")
+    with torch.npu.graph(g):
+        x + 1
+    g.super_kernel_optimize(optimize_options={"preload_code": 1, "dcci_before_kernel_start": ["k"],
+                                              "aggressive_opt_strategies": {"task_breaker_bypass": 1}},
+                            debug_options={"debug_extend": "x"})
+    for kwargs, message in [
+            ({"optimize_options": {"preload": 1}}, "Invalid optimize_options param key: 'preload'."),
+            ({"optimize_options": {"split_mode": "1"}}, "optimize_options param['split_mode'] must be int, got str"),
+            ({"optimize_options": {"dcci_after_kernel_end": ["a", 2]}},
+             "optimize_options['dcci_after_kernel_end'][1] must be str, got int"),
+            ({"optimize_options": {"aggressive_opt_strategies": {"bypass": 1}}},
+             "Invalid sub_key 'bypass' in optimize_options['aggressive_opt_strategies']."),
+            ({"optimize_options": {"aggressive_opt_strategies": {"value_breaker_bypass": 1.0}}},
+             "optimize_options['aggressive_opt_strategies']['value_breaker_bypass'] must be int, got float"),
+            ({"debug_options": {"debug_sync_all": None}}, "debug_options param['debug_sync_all'] must be int, got NoneType"),
+            ({"debug_options": {"preload_code": 1}}, "Invalid debug_options param key: 'preload_code'.")]:
+        with pytest.raises(RuntimeError) as info:
+            g.super_kernel_optimize(**kwargs)
+        assert info.value.args[0] == message

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+import torch_npu  # noqa: F401  (before any backward: autograd sizes its device queues on the first one)
 
 from pytest_npugraph.runtime.ops import norms as N
 
@@ -168,3 +169,36 @@ def test_add_layer_norm_matches_scalar_formula(gamma_shape):
     torch.testing.assert_close(x, x1 + x2)
     metas = N._add_layer_norm_meta(x1.to("meta"), x2.to("meta"), gamma.to("meta"), beta.to("meta"))
     assert [tuple(t.shape) for t in metas] == [(2, 3, 8), stat_shape, stat_shape, (2, 3, 8)]
+
+
+# ------------------------------------------------------------------ npu_rms_norm's backward
+def _rms_norm_reference(x, gamma, eps):
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    return x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * gamma
+
+
+@pytest.mark.parametrize("shape,gamma_shape", [((4, 8), (8,)), ((2, 3, 4, 6), (4, 6))])
+def test_rms_norm_backward_matches_autograd_of_the_formula(shape, gamma_shape):
+    x = torch.randn(shape, dtype=torch.float64)
+    gamma = torch.rand(gamma_shape, dtype=torch.float64) + 0.5
+    dy = torch.randn(shape, dtype=torch.float64)
+    ref_x, ref_gamma = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    _rms_norm_reference(ref_x, ref_gamma, 1e-6).backward(dy)
+    _, rstd = N.npu_rms_norm(x, gamma)
+    dx, dgamma = N.npu_rms_norm_backward(dy, x, gamma, rstd)
+    assert dx.dtype == x.dtype and dgamma.dtype == torch.float32 and dgamma.shape == gamma.shape
+    torch.testing.assert_close(dx, ref_x.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dgamma, ref_gamma.grad.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_npu_rms_norm_is_differentiable_on_the_device(npugraph):
+    # torch_npu registers NpuRmsNormBackward0 (through npu_rms_norm_backward): x and gamma get gradients
+    x = torch.randn(3, 8, device="npu", requires_grad=True)
+    gamma = (torch.rand(8) + 0.5).npu().requires_grad_()
+    dy = torch.randn(3, 8)
+    torch_npu.npu_rms_norm(x, gamma)[0].backward(dy.npu())
+    ref_x = x.detach().cpu().requires_grad_()
+    ref_gamma = gamma.detach().cpu().requires_grad_()
+    _rms_norm_reference(ref_x, ref_gamma, 1e-6).backward(dy)
+    torch.testing.assert_close(x.grad.cpu(), ref_x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gamma.grad.cpu(), ref_gamma.grad, rtol=1e-4, atol=1e-5)

@@ -90,6 +90,25 @@ def _trace_without_device_init() -> None:
     FakeTensorMode.avoid_device_init = property(avoid_device_init, doc=declared.__doc__)
 
 
+def _refuse_npu_storages() -> None:
+    """``torch.UntypedStorage(n, device="npu")`` (and ``TypedStorage``, which makes one) asks the
+    C++ allocator of PrivateUse1, which a Python backend cannot register: torch dereferences a null
+    allocator and the whole pytest process dies with a segmentation fault.  Refuse it with an error
+    instead; NPU memory here belongs to NPU tensors."""
+    storage_new = torch.UntypedStorage.__new__
+
+    def __new__(cls, *args, **kwargs):
+        device = kwargs.get("device")
+        if isinstance(device, (str, torch.device)) and torch.device(device).type == NPU:
+            raise RuntimeError(
+                f"pytest-npugraph: torch.UntypedStorage(..., device={str(device)!r}) is not emulated: NPU memory "
+                f"belongs to NPU tensors here. Allocate a tensor instead (torch.empty(nbytes, dtype=torch.uint8, "
+                f"device='npu')) and use it, or its untyped_storage(), where the storage was to be used.")
+        return storage_new(cls, *args, **kwargs)
+
+    torch.UntypedStorage.__new__ = __new__
+
+
 def install(npu_module) -> None:
     """Register the npu device with torch (idempotent; cannot be undone within a process)."""
     global _installed, _library
@@ -105,6 +124,7 @@ def install(npu_module) -> None:
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _trace_without_device_init()
+    _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
     from . import autocast, serialization

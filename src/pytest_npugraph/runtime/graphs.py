@@ -12,7 +12,10 @@ waiting on an event recorded in it) is *recorded, not executed*:
   graph's ``GraphCall`` with ``replay=0``) between ``CaptureBegin`` and ``CaptureEnd``, so the
   event-misuse analysis can check that side streams were joined before the capture ended;
 * the CPU computes during capture (outputs get shapes and values), but memory that existed before
-  the capture and was written by it is restored at the end: a real capture executes nothing.
+  the capture and was written by it is restored at the end: a real capture executes nothing;
+* likewise the NPU generator (the CPU generator here) is restored at the end: a capture draws no
+  random numbers, and each replay draws from the generator's state at replay time and advances it,
+  as the graph-safe philox state does (seed, capture, replay gives what the eager op gives).
 
 ``CapturedGraph.replay`` re-runs the steps on the CPU (``out=`` variants where they exist, else
 compute and copy into the static buffer) and appends the task templates to the trace as ``Kernel``
@@ -97,6 +100,7 @@ class Capture:
         self.owner = None                    # the NPUGraph (or aclgraph) capturing
         self.updatable: tuple = ()           # op names whose arguments NPUGraph.update may patch
         self.updated: list = []              # indices of their replay steps
+        self.rng_state = torch.get_rng_state()   # a capture draws no random numbers (see end)
         stream.capture = self
         rt.marker(T.CaptureBegin, stream, graph=graph, pool=str(pool), site=site)
 
@@ -150,6 +154,7 @@ class Capture:
         for storage, copy in self.saved.values():
             storage.copy_(copy)
         self.saved.clear()
+        torch.set_rng_state(self.rng_state)
         for s in self.streams:
             s.capture = None
         for e in self.events:

@@ -46,6 +46,16 @@ def npu_format_cast(self: torch.Tensor, acl_format: int, *, customize_dtype: Opt
     return _tag(self.clone(), acl_format)
 
 
+def _format_cast_setup(ctx, inputs, output, keyword_only_inputs=None):
+    pass
+
+
+def _format_cast_grad(ctx, grad):
+    """torch_npu's npu_format_cast is differentiable: the values are unchanged, so the gradient passes
+    through (the acl_format and dtype arguments get none)."""
+    return grad, None
+
+
 def npu_format_cast_tensor(self: torch.Tensor, dst: torch.Tensor, *, customize_dtype: Optional[int] = None,
                            input_dtype: Optional[int] = None) -> torch.Tensor:
     """``npu_format_cast.Tensor``: a copy in ``dst``'s format; values unchanged."""
@@ -72,7 +82,7 @@ SPECS = [
            cores("AIV", limit_applies=False)),
     # TransData is a TBE kernel: core limits are not guaranteed to reach it.
     OpSpec(f"npu_format_cast(Tensor self, int acl_format, {_FORMAT_CAST_KW}) -> Tensor", npu_format_cast,
-           cores("AIV", vector="all", limit_applies=False)),
+           cores("AIV", vector="all", limit_applies=False), autograd=(_format_cast_setup, _format_cast_grad)),
     OpSpec(f"npu_format_cast.Tensor(Tensor self, Tensor dst, {_FORMAT_CAST_KW}) -> Tensor",
            npu_format_cast_tensor, cores("AIV", vector="all", limit_applies=False)),
     OpSpec(f"npu_format_cast_(Tensor(a!) self, Tensor src, {_FORMAT_CAST_KW}) -> Tensor(a!)",

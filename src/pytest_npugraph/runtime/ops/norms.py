@@ -82,6 +82,34 @@ def npu_rms_norm(self: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06
     return (x * rstd * gamma.to(torch.float32)).to(self.dtype), rstd
 
 
+def npu_rms_norm_backward(dy: torch.Tensor, self: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor):
+    """Gradients of ``npu_rms_norm``'s y = x * rstd * gamma: (dx in self's dtype, dgamma in float32,
+    gamma's shape), rstd being the forward's second output."""
+    dims = tuple(range(self.dim() - gamma.dim(), self.dim()))
+    x_hat = self.to(torch.float32) * rstd
+    dx_hat = dy.to(torch.float32) * gamma.to(torch.float32)
+    dx = rstd * (dx_hat - x_hat * (dx_hat * x_hat).mean(dim=dims, keepdim=True))
+    dgamma = (dy.to(torch.float32) * x_hat).reshape(-1, *gamma.shape).sum(dim=0)
+    return dx.to(self.dtype), dgamma
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    self, gamma, _epsilon = inputs
+    ctx.save_for_backward(self, gamma, output[1])
+
+
+def _rms_norm_grad(ctx, grad_y, _grad_rstd):
+    """torch_npu's NpuRmsNormBackward0: y's gradient through npu_rms_norm_backward; rstd is not
+    differentiated."""
+    self, gamma, rstd = ctx.saved_tensors
+    dx, dgamma = torch.ops.npu.npu_rms_norm_backward(grad_y, self, gamma, rstd)
+    return dx, dgamma, None
+
+
+def _rms_norm_backward_meta(dy, self, gamma, rstd):
+    return torch.empty_like(self), torch.empty_like(gamma, dtype=torch.float32)
+
+
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06):
     """Residual add fused with RMS norm; returns (rms_norm(x1+x2)*gamma, rstd, x1+x2)."""
     total = x1.to(torch.float32) + x2.to(torch.float32)
@@ -289,7 +317,9 @@ SPECS = [
     OpSpec(generated("fast_gelu"), fast_gelu, vector(), autograd=(_fast_gelu_setup, _fast_gelu_grad)),
     OpSpec(generated("npu_fast_gelu_backward"), npu_fast_gelu_backward, vector()),
     OpSpec("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
-           npu_rms_norm, vector()),
+           npu_rms_norm, vector(), autograd=(_rms_norm_setup, _rms_norm_grad)),
+    OpSpec("npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma, Tensor rstd) -> (Tensor, Tensor)",
+           npu_rms_norm_backward, vector(), meta=_rms_norm_backward_meta),
     OpSpec("npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
            npu_add_rms_norm, vector()),
     # In place: x1 <- rms_norm(x1+x2)*gamma, x2 <- x1+x2.  Functionalization rewrites it to the

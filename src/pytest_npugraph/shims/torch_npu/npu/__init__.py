@@ -19,8 +19,8 @@ from .memory import (caching_allocator_alloc, caching_allocator_delete, empty_ca
                      memory_reserved, memory_snapshot, memory_stats, memory_stats_as_nested_dict, memory_summary,
                      reset_accumulated_memory_stats, reset_max_memory_allocated, reset_max_memory_cached,
                      reset_peak_memory_stats, set_per_process_memory_fraction)
-from .npu_config import (get_device_limit, get_stream_limit, reset_stream_limit, set_device_limit,
-                         set_stream_limit)
+from .npu_config import (get_device_limit, get_stream_limit, is_jit_compile_false, reset_stream_limit,
+                         set_compile_mode, set_device_limit, set_stream_limit)
 from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStream
 from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
                     device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
@@ -42,11 +42,17 @@ __all__ = [
     "max_memory_reserved", "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
     "get_allocator_backend", "host_empty_cache",
     "set_device_limit", "get_device_limit", "set_stream_limit", "reset_stream_limit", "get_stream_limit",
+    "set_compile_mode", "is_jit_compile_false",
     "is_bf16_supported", "get_amp_supported_dtype", "is_autocast_enabled", "get_autocast_dtype",
     "set_autocast_enabled", "set_autocast_dtype",
     "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor", "IntTensor", "LongTensor",
     "ShortTensor", "BFloat16Tensor",
 ]
+
+config = npu_config._npuConfig()
+matmul = npu_config._allowHF32Matmul()
+conv = npu_config._allowHF32Conv()
+
 
 def _lazy_init() -> None:
     """Initialise the NPU state (per test in the emulator: every test starts uninitialised)."""
@@ -160,8 +166,17 @@ def can_device_access_peer(device, peer) -> bool:
 
 # NPU ops run on the CPU, so the NPU generator is torch's CPU generator.  Not torch.manual_seed:
 # that calls torch.npu.manual_seed_all (the privateuse1 device module's) right back.
+def _check_seed_during_capture(seed: int) -> None:
+    """The generator of a device in stream capture keeps its seed (NPUGeneratorImpl::set_current_seed)."""
+    if is_current_stream_capturing() and seed != torch.default_generator.initial_seed():
+        raise RuntimeError("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed "
+                           "is the same as the original seed.")
+
+
 def manual_seed(seed) -> None:
-    torch.default_generator.manual_seed(int(seed))
+    seed = int(seed)
+    _check_seed_during_capture(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 manual_seed_all = manual_seed
@@ -183,6 +198,10 @@ def get_rng_state(device="npu"):
 
 
 def set_rng_state(new_state, device="npu") -> None:
+    if is_current_stream_capturing():
+        probe = torch.Generator()
+        probe.set_state(new_state)
+        _check_seed_during_capture(probe.initial_seed())
     torch.set_rng_state(new_state)
 
 
@@ -228,7 +247,8 @@ def is_current_stream_capturing() -> bool:
 def __getattr__(name):
     """Graph APIs live in the graphs module, imported on first use."""
     if name in ("NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables",
-                "super_kernel_scope_begin", "super_kernel_scope_end"):
+                "super_kernel_scope_begin", "super_kernel_scope_end", "graph_task_group_begin",
+                "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end"):
         from . import graphs
 
         return getattr(graphs, name)

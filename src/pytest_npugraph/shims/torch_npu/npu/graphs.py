@@ -116,6 +116,71 @@ def super_kernel_scope_end(scope_name: Optional[str] = None):
 
 
 # ---------------------------------------------------------------------------- NPUGraph
+def _patched_step(step, update: dict):
+    """A replay step with the arguments ``update`` names replaced: the capture recorded the call
+    normalised (positional arguments as positional, whatever names the caller used), so a name is
+    found through the op's schema; a name the op does not take is ignored."""
+    fn, args, kwargs, dst = step
+    schema = getattr(fn, "_schema", None)
+    positions = {} if schema is None else {a.name: i for i, a in enumerate(schema.arguments)}
+    args, kwargs = list(args), dict(kwargs)
+    for name, value in update.items():
+        if name in kwargs:
+            kwargs[name] = value
+        elif positions.get(name, len(args)) < len(args):
+            args[positions[name]] = value
+        elif name in positions and schema.arguments[positions[name]].kwarg_only:
+            kwargs[name] = value
+    return (fn, tuple(args), kwargs, dst)
+
+
+# The options NPUGraph.super_kernel_optimize accepts (torch_npu 2.14.0): key -> value type, or
+# (list, element type), or (dict, {sub-key: type}).
+_SUPER_KERNEL_OPTIONS = {
+    "optimize_options": {
+        "preload_code": int, "split_mode": int, "stream_fusion": int, "constant_codegen": int,
+        "auto_op_parallel": int, "opt_extend": str, "early_start": int,
+        "dcci_before_kernel_start": (list, str), "dcci_after_kernel_end": (list, str),
+        "dcci_disable_on_kernel": (list, str), "ubuf_lock_ignore_kernel": (list, str),
+        "aggressive_opt_strategies": (dict, {"event_breaker_bypass": int, "value_breaker_bypass": int,
+                                             "task_breaker_bypass": int}),
+    },
+    "debug_options": {
+        "debug_sync_all": int, "debug_op_exec_trace": int, "debug_cross_core_sync_check": int,
+        "debug_extend": str, "debug_per_op_max_core_num": int,
+    },
+}
+
+
+def _check_super_kernel_options(name: str, options) -> None:
+    """torch_npu's checks of a super_kernel_optimize option dict, with its messages."""
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise RuntimeError(f"{name} param must be dict or None.", pta_error(ErrCode.PARAM))
+    known = _SUPER_KERNEL_OPTIONS[name]
+    for key, value in options.items():
+        if key not in known:
+            raise RuntimeError(f"Invalid {name} param key: '{key}'.", pta_error(ErrCode.PARAM))
+        rule = known[key]
+        expected, inner = rule if isinstance(rule, tuple) else (rule, None)
+        if not isinstance(value, expected):
+            raise RuntimeError(f"{name} param['{key}'] must be {expected.__name__}, got {type(value).__name__}",
+                               pta_error(ErrCode.PARAM))
+        if expected is dict:
+            for sub_key, sub_value in value.items():
+                if sub_key not in inner:
+                    raise RuntimeError(f"Invalid sub_key '{sub_key}' in {name}['{key}'].", pta_error(ErrCode.PARAM))
+                if not isinstance(sub_value, inner[sub_key]):
+                    raise RuntimeError(f"{name}['{key}']['{sub_key}'] must be {inner[sub_key].__name__}, "
+                                       f"got {type(sub_value).__name__}", pta_error(ErrCode.PARAM))
+        elif expected is list:
+            for i, element in enumerate(value):
+                if not isinstance(element, inner):
+                    raise RuntimeError(f"{name}['{key}'][{i}] must be {inner.__name__}, got "
+                                       f"{type(element).__name__}", pta_error(ErrCode.PARAM))
+
+
 class NPUGraph:
     """A captured NPU graph: ``capture_begin``/``capture_end`` record the work issued on the capture
     stream, ``replay`` runs it again (on the current stream) over the same memory."""
@@ -207,9 +272,7 @@ class NPUGraph:
                                f"and there are only {len(cpu_update_input)} elements in the incoming "
                                f"cpu_update_input list", pta_error(ErrCode.PARAM))
         for index, update in zip(records, cpu_update_input):
-            fn, args, kwargs, dst = self._graph.steps[index]
-            kwargs = dict(kwargs, **{k: v for k, v in update.items() if k in kwargs})
-            self._graph.steps[index] = (fn, args, kwargs, dst)
+            self._graph.steps[index] = _patched_step(self._graph.steps[index], update)
 
     def debug_dump(self, debug_path):
         """Write the captured tasks as Chrome-trace JSON (and an ``.aligned.json`` copy)."""
@@ -225,8 +288,7 @@ class NPUGraph:
 
     def super_kernel_optimize(self, optimize_options=None, debug_options=None):
         for name, options in (("optimize_options", optimize_options), ("debug_options", debug_options)):
-            if options is not None and not isinstance(options, dict):
-                raise RuntimeError(f"{name} param must be dict or None.", pta_error(ErrCode.PARAM))
+            _check_super_kernel_options(name, options)
         _rt().marker(T.SuperKernelOptimize, optimize=repr(optimize_options), debug=repr(debug_options))
 
     def enable_debug_mode(self):

@@ -90,3 +90,74 @@ def get_stream_limit(stream):
     torch_npu.npu._lazy_init()
     return {"cube_core_num": _C._npu_get_stream_res_limit(**_stream_ids(stream), type=0),
             "vector_core_num": _C._npu_get_stream_res_limit(**_stream_ids(stream), type=1)}
+
+
+# ------------------------------------------------------------------ options (torch_npu._C._npu_setOption)
+# Switches of the real runtime that change how kernels are compiled or which formats and precisions
+# they use.  Ops compute on the CPU here, so they change no result; they are kept per test (every
+# test starts with the defaults) so that reading them back answers what was set.
+_OPTION_DEFAULTS = {"jitCompile": "disable", "ALLOW_INTERNAL_FORMAT": "disable",
+                    "ALLOW_MATMUL_HF32": "disable", "ALLOW_CONV_HF32": "enable"}
+
+
+def _options() -> dict:
+    from pytest_npugraph.runtime.runtime import current
+
+    return current().extensions.setdefault("npu_config.options", dict(_OPTION_DEFAULTS))
+
+
+def set_compile_mode(jit_compile=False):
+    if torch_npu.npu.is_initialized():
+        torch_npu.npu.synchronize()
+    _options()["jitCompile"] = "enable" if jit_compile else "disable"
+
+
+def is_jit_compile_false() -> bool:
+    torch_npu.npu._lazy_init()
+    return _options()["jitCompile"] == "disable"
+
+
+class _npuConfig:
+    """``torch.npu.config``: ``allow_internal_format`` can be set (as in torch_npu it cannot be read back)."""
+
+    @classmethod
+    def __setattr__(cls, name, value):
+        if name == "allow_internal_format":
+            _options()["ALLOW_INTERNAL_FORMAT"] = "enable" if value else "disable"
+
+
+def _check_hf32(value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"allow_hf32 must be a bool, but got {type(value).__name__}{pta_error(ErrCode.TYPE)}")
+
+
+class _allowHF32Matmul:
+    """``torch.npu.matmul.allow_hf32`` (default False)."""
+
+    @classmethod
+    def __setattr__(cls, name, value):
+        if name == "allow_hf32":
+            _check_hf32(value)
+            _options()["ALLOW_MATMUL_HF32"] = "enable" if value else "disable"
+
+    @classmethod
+    def __getattr__(cls, name):
+        if name == "allow_hf32":
+            return _options()["ALLOW_MATMUL_HF32"] == "enable"
+        return None
+
+
+class _allowHF32Conv:
+    """``torch.npu.conv.allow_hf32`` (default True)."""
+
+    @classmethod
+    def __setattr__(cls, name, value):
+        if name == "allow_hf32":
+            _check_hf32(value)
+            _options()["ALLOW_CONV_HF32"] = "enable" if value else "disable"
+
+    @classmethod
+    def __getattr__(cls, name):
+        if name == "allow_hf32":
+            return _options()["ALLOW_CONV_HF32"] == "enable"
+        return None
