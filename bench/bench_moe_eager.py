@@ -1,5 +1,6 @@
 """Eager overhead of the emulation: a small multi-stream MoE block on emulated npu vs the same
-math on plain CPU torch, in one process.  Prints both times and their ratio (goal: <= 3x).
+math on plain CPU torch, in one process, one torch thread on both sides.  Prints both times and their
+ratio (issue 14's goals: <= 4x at decode shapes, 8 tokens x 256 hidden; <= 1.3x at 256 x 1024).
 
 The block: router softmax/top-k, routed experts on the main stream, a shared expert on a side
 stream (forked with wait_stream, joined with wait_stream), combine.  On the CPU the stream
@@ -90,7 +91,8 @@ def main():
     print(f"MoE block tokens={a.tokens} hidden={a.hidden} inter={a.inter} experts={a.experts} topk={a.topk}")
     print(f"  plain CPU torch : {cpu * 1e3:8.2f} ms/call")
     print(f"  emulated npu    : {npu * 1e3:8.2f} ms/call  ({per_call:.0f} trace records/call)")
-    print(f"  ratio           : {npu / cpu:8.2f}x  (goal <= 3x)")
+    goal = "<= 4x" if a.tokens * a.hidden <= 8 * 256 else "<= 1.3x"
+    print(f"  ratio           : {npu / cpu:8.2f}x  (goal {goal})")
 
 
 if __name__ == "__main__":
