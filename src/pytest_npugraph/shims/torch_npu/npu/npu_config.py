@@ -131,33 +131,31 @@ def _check_hf32(value) -> None:
         raise TypeError(f"allow_hf32 must be a bool, but got {type(value).__name__}{pta_error(ErrCode.TYPE)}")
 
 
-class _allowHF32Matmul:
+class _AllowHF32:
+    """``allow_hf32`` of ``torch.npu.matmul`` / ``torch.npu.conv``: kept in the per-test option ``_option``."""
+
+    _option = ""
+
+    @classmethod
+    def __setattr__(cls, name, value):
+        if name == "allow_hf32":
+            _check_hf32(value)
+            _options()[cls._option] = "enable" if value else "disable"
+
+    @classmethod
+    def __getattr__(cls, name):
+        if name == "allow_hf32":
+            return _options()[cls._option] == "enable"
+        return None
+
+
+class _allowHF32Matmul(_AllowHF32):
     """``torch.npu.matmul.allow_hf32`` (default False)."""
 
-    @classmethod
-    def __setattr__(cls, name, value):
-        if name == "allow_hf32":
-            _check_hf32(value)
-            _options()["ALLOW_MATMUL_HF32"] = "enable" if value else "disable"
-
-    @classmethod
-    def __getattr__(cls, name):
-        if name == "allow_hf32":
-            return _options()["ALLOW_MATMUL_HF32"] == "enable"
-        return None
+    _option = "ALLOW_MATMUL_HF32"
 
 
-class _allowHF32Conv:
+class _allowHF32Conv(_AllowHF32):
     """``torch.npu.conv.allow_hf32`` (default True)."""
 
-    @classmethod
-    def __setattr__(cls, name, value):
-        if name == "allow_hf32":
-            _check_hf32(value)
-            _options()["ALLOW_CONV_HF32"] = "enable" if value else "disable"
-
-    @classmethod
-    def __getattr__(cls, name):
-        if name == "allow_hf32":
-            return _options()["ALLOW_CONV_HF32"] == "enable"
-        return None
+    _option = "ALLOW_CONV_HF32"
