@@ -59,3 +59,39 @@ def test_reading_applies_the_log_once_and_resets_see_applied_values():
                                                        "allocated": 1 << 21, "freed": 0}
     assert nested["allocated_bytes"]["small_pool"]["allocated"] == 4096
     assert nested["allocation"]["all"] == {"current": 1, "peak": 1, "allocated": 2, "freed": 1}
+
+
+@pytest.mark.parametrize("by_hand", [0, 1000], ids=["vectorised", "by-hand"])
+def test_reads_while_another_thread_logs_lose_nothing(by_hand):
+    """``run_ranks`` threads allocate while another thread may read the statistics: a read applies what
+    was logged so far and must neither drop later entries nor make the logging thread fail."""
+    import sys
+    import threading
+
+    stats = Stats()
+    stats.ROWS_BY_HAND = by_hand
+    n, failures = 20000, []
+    malloced, freed = Stats.code("malloced", True), Stats.code("freed", True)
+
+    def allocate():
+        try:
+            for _ in range(n):
+                stats.log.extend((malloced, 512, 500))
+                stats.log.extend((freed, 512, 0))
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)             # switch threads as often as possible
+    try:
+        worker = threading.Thread(target=allocate)
+        worker.start()
+        while worker.is_alive():
+            stats.values
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures
+    allocation = stats.values["allocation"]["small_pool"]
+    assert (allocation.allocated, allocation.freed, allocation.current) == (n, n, 0)
+    assert stats.values["allocated_bytes"]["all"].allocated == 512 * n

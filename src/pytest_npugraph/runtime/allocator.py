@@ -11,6 +11,7 @@ import array
 import bisect
 import itertools
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
@@ -162,6 +163,7 @@ class Stats:
     def __init__(self):
         self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
         self.log = array.array("q")      # (code, x, y) per change: the allocator extends it
+        self._folding = threading.Lock()
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
@@ -173,13 +175,16 @@ class Stats:
         return cls.CODES[kind] * 2 + small
 
     def _fold(self) -> None:
-        log = self.log
-        if len(log) <= 3 * self.ROWS_BY_HAND:
-            rows = [log[i:i + 3] for i in range(0, len(log), 3)]
-            del log[:]
-            self._apply_by_hand(rows)
-        else:
-            self._apply_vectorised()
+        """Apply the log.  The allocator may append to it meanwhile from another thread (``run_ranks``):
+        the entries applied are taken as a copy and cut off the front, never the live array exported."""
+        with self._folding:
+            n = len(self.log)
+            log = self.log[:n]
+            del self.log[:n]
+            if n <= 3 * self.ROWS_BY_HAND:
+                self._apply_by_hand([log[i:i + 3] for i in range(0, n, 3)])
+            else:
+                self._apply_vectorised(log)
 
     def _apply_by_hand(self, rows) -> None:
         """A short log (a test reading the statistics often): counter by counter."""
@@ -197,11 +202,10 @@ class Stats:
                     else:
                         v.freed -= amount
 
-    def _apply_vectorised(self) -> None:
+    def _apply_vectorised(self, log) -> None:
         import torch
 
-        rows = torch.frombuffer(self.log, dtype=torch.int64).view(-1, 3).clone()
-        del self.log[:]
+        rows = torch.frombuffer(log, dtype=torch.int64).view(-1, 3)
         kind, small = rows[:, 0] // 2, rows[:, 0] % 2
         c = torch.tensor(_COEFFICIENTS)[kind]              # (rows, 3, arrays)
         deltas = c[:, 0] + rows[:, 1:2] * c[:, 1] + rows[:, 2:3] * c[:, 2]
