@@ -10,14 +10,26 @@ stream, its last read and its last write.  That is exact, not an approximation: 
 accesses of one stream are ordered among themselves, so the ones a later access ``x`` is
 *not* ordered after form a suffix of that stream's history, and the newest conflicting
 access (the last write, or for a write ``x`` the newer of last read and last write) is
-unordered with ``x`` iff any is.  That newest access is the one reported.
+unordered with ``x`` iff any is.  That newest access is the one reported.  (More precisely a
+stream keeps its newest access per key, site and block, so that every pair of lines is reported;
+``x`` walks each other stream's keys newest first and stops at the first it is ordered after.)
 
-A freed block's history is kept (``Alloc.reuses`` does not reset it): a use of the old
-tensor still pending when the memory's new owner touches it is a conflict.  Such a pair is
-classified ``missing-record-stream`` when the old use ran on a stream other than the old
-block's allocation stream without ``record_stream`` to it (``record_stream`` module reports
-it); when it had ``record_stream``, the allocator keeps the address until that use is done,
-so there is no hazard; otherwise (also for graph-pool memory) it is a plain race.
+Skipping checks: once every other stream's accesses of a segment are ordered before an access
+of stream ``s``, they are ordered before every later access of ``s`` too (a stream's clock only
+grows), so the segment remembers ``s`` and skips the walk until another stream touches it.
+
+Bounded history: every later task starts from the host clock, so an access the host clock already
+orders after can never race again; such entries are dropped every ``PRUNE_EVERY`` records (a walk
+would stop at them anyway).  An entry is one int, ``seq << SHIFT | index of the span``, and a dense
+span's key one int too: an access allocates no object the garbage collector has to trace.
+
+A freed block's history is kept (``Alloc.reuses`` does not reset it; only the pruning above
+drops entries): a use of the old tensor still pending when the memory's new owner touches it
+is a conflict.  Such a pair is classified ``missing-record-stream`` when the old use ran on
+a stream other than the old block's allocation stream without ``record_stream`` to it
+(``record_stream`` module reports it); when it had ``record_stream``, the allocator keeps the
+address until that use is done, so there is no hazard; otherwise (also for graph-pool memory)
+it is a plain race.
 
 A race between another stream's earlier read and a later write by an in-place op that TorchAir's
 reinplace-inplaceable-ops pass made out of a functional op on an intermediate tensor (a
@@ -37,7 +49,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import Kernel, Reinplace, Span
+from ..trace import EventRecord, EventWait, Kernel, Reinplace, Span
 from . import describe, happens_before
 
 
@@ -60,14 +72,17 @@ class Conflict:
 
 
 class _Segment:
-    """``reads``/``writes``: ``{stream: {access key: (seq, Kernel, Span)}}``, each inner dict in
-    ``seq`` order (an update moves its key to the end)."""
+    """``reads``/``writes``: ``{stream: {access key: seq << SHIFT | span index}}``, each inner dict
+    in ``seq`` order (an update moves its key to the end)."""
 
-    __slots__ = ("lo", "hi", "reads", "writes", "keys")
+    __slots__ = ("lo", "hi", "reads", "writes", "keys", "wok", "aok")
 
-    def __init__(self, lo, hi, reads, writes):
+    def __init__(self, lo, hi, reads, writes, wok=-1, aok=-1):
         self.lo, self.hi, self.reads, self.writes = lo, hi, reads, writes
         self.keys = []  # Shadow cover-cache keys listing this segment
+        # the stream (dense index) whose clock already orders every other stream's writes (``wok``),
+        # or reads and writes (``aok``), after it; -1: none.  See "Skipping checks" in the module doc.
+        self.wok, self.aok = wok, aok
 
 
 class _Line:
@@ -115,7 +130,7 @@ class _Line:
     def split(self, seg, at):
         """Cut ``seg`` at ``at``; both halves keep its history. Returns the right half."""
         right = _Segment(at, seg.hi, {t: dict(d) for t, d in seg.reads.items()},
-                         {t: dict(d) for t, d in seg.writes.items()})
+                         {t: dict(d) for t, d in seg.writes.items()}, seg.wok, seg.aok)
         seg.hi = at
         self.insert(right)
         return right
@@ -132,6 +147,7 @@ class Shadow:
     def __init__(self) -> None:
         self._lines: dict = {}  # device -> _Line
         self.covers: dict = {}  # (device, lo, hi) -> tuple of segments
+        self.live: list = []    # (entries dict, stream) that may hold entries, for ``prune``
 
     def cover(self, span: Span) -> tuple:
         """The segments making up ``span``'s bytes, cutting and creating them as needed."""
@@ -150,7 +166,33 @@ class Shadow:
         for key in seg.keys:
             self.covers.pop(key, None)
         seg.keys = []
-        return line.split(seg, at)
+        right = line.split(seg, at)
+        self.live.extend((d, t) for hist in (right.reads, right.writes) for t, d in hist.items() if d)
+        return right
+
+    def prune(self, limits: list) -> None:
+        """Drop the entries every later access is ordered after: those of stream ``t`` below
+        ``limits[t]`` (``(host[t] + 1) << SHIFT``: every later task starts from the host clock).
+        A walk breaks at the first of them anyway, so dropping them changes no result.  Empty
+        dicts stay in place: the order of streams in a segment's history is the order conflicts
+        are found in."""
+        live = []
+        for entries, t in self.live:
+            limit = limits[t]
+            if next(iter(entries.values())) >= limit:    # the oldest is live
+                live.append((entries, t))
+            elif next(reversed(entries.values())) < limit:   # so is the newest: all dead
+                entries.clear()
+            else:
+                dead = []
+                for k, entry in entries.items():    # oldest first
+                    if entry >= limit:
+                        break
+                    dead.append(k)
+                for k in dead:
+                    del entries[k]
+                live.append((entries, t))
+        self.live = live
 
     def _refine(self, line: _Line, lo: int, hi: int) -> list:
         out, pos = [], lo
@@ -190,19 +232,29 @@ def reinplace_of(reinplaced: dict, kernel: Kernel):
     return reinplaced.get((kernel.graph.name, kernel.site, kernel.op))
 
 
+PRUNE_EVERY = 16384    # records between two prunes at least
+SHIFT = 32            # an entry is ``seq << SHIFT | i``: access ``i`` of the kernel's reads or writes
+MASK = (1 << SHIFT) - 1
+
+
 def _scan(trace, hb) -> list:
     shadow = Shadow()
     reinplaced_ops = reinplaced(trace)
-    cover, covers = shadow.cover, shadow.covers
+    cover, covers, live = shadow.cover, shadow.covers, shadow.live
+    host = None         # position of the latest host record (its clock is the host's)
+    next_prune = PRUNE_EVERY
     index, clocks, blocks = hb.index, hb.clocks, trace.blocks
+    records, position = trace.records, hb.position
     facts = hb.memory
     freed, recorded = facts.free, facts.recorded
     found: dict = {}
+    site_ids: dict = {}     # (path, line, func) -> number
     ge = {sid for sid in trace.streams if describe.ge_stream(trace, sid)}
     ge_planned = ge.__contains__
 
     def conflict(entry, earlier_writes, x, span, later_writes):
-        _, a, aspan = entry
+        a = records[position(entry >> SHIFT)]
+        aspan = (a.writes if earlier_writes else a.reads)[entry & MASK]
         if (aspan.dims or span.dims) and not aspan.overlaps(span):
             return      # strided views whose bounding ranges meet but whose elements do not
         old, kind, free = aspan.block, "race", None
@@ -223,55 +275,91 @@ def _scan(trace, hb) -> list:
 
     def against(history, c, s, x, span, earlier_writes, later_writes):
         """Check ``x`` against every other stream's unordered accesses of one segment: newest
-        first, stopping at the first one ``x`` is ordered after (all older ones are too)."""
+        first, stopping at the first one ``x`` is ordered after (all older ones are too).
+        True iff there was none (every other stream's accesses are ordered before ``x``)."""
+        clean = True
         for t, entries in history.items():
             if t != s:
-                known = c[t]
+                known = (c[t] + 1) << SHIFT     # entries below it are ordered before x
                 for entry in reversed(entries.values()):
-                    if entry[0] <= known:
+                    if entry < known:
                         break
+                    clean = False
                     conflict(entry, earlier_writes, x, span, later_writes)
+        return clean
 
     for pos, rec in enumerate(trace.records):
         cls = type(rec)
-        if cls is Kernel:
-            if not (rec.writes or rec.reads):
-                continue
-            s = index[rec.stream]
-            c = clocks[pos]
-            # each access is kept as the newest of its key on its stream (see module doc); the key holds
-            # the site's fields, not the Site: a dataclass hash is a Python call per access
-            site = rec.site
-            where = (site.path, site.line, site.func)
-            written = {(w.lo, w.hi, w.block, w.run, w.dims) for w in rec.writes} if rec.reads else ()
-            for span in rec.writes:
-                entry = (rec.seq, rec, span)
-                key = (*where, span.block, span.dims and span)
-                for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
-                    writes, reads = seg.writes, seg.reads      # only other streams' accesses can race
-                    if len(writes) > 1 or (writes and s not in writes):
-                        against(writes, c, s, rec, span, True, True)
+        if cls is not Kernel:
+            if cls is not EventRecord and cls is not EventWait:
+                host = pos
+            continue
+        if pos >= next_prune and host is not None:
+            limits = [(known + 1) << SHIFT for known in clocks[host]]
+            shadow.prune(limits + [0] * (len(hb.sids) - len(limits)))
+            live = shadow.live
+            next_prune = pos + max(PRUNE_EVERY, len(live))     # a prune costs about len(live)
+        if not (rec.writes or rec.reads):
+            continue
+        s = index[rec.stream]
+        c = clocks[pos]
+        base = rec.seq << SHIFT
+        # each access is kept as the newest of its key on its stream (see module doc).  The key is the
+        # site's number (by its fields: a dataclass hash is a Python call) and the block, one int for a
+        # dense span; a strided one adds its layout.  Equal keys iff equal (site, block, span.dims and span).
+        site = rec.site
+        where = (site.path, site.line, site.func)
+        sk = site_ids.get(where)
+        if sk is None:
+            sk = site_ids[where] = len(site_ids)
+        for i, span in enumerate(rec.writes):
+            entry = base | i
+            dims = span.dims
+            key = (sk, span.block, span.lo, span.hi, span.run, dims) if dims else span.block << SHIFT | sk
+            for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
+                writes = seg.writes
+                if seg.aok != s:
+                    # only other streams' accesses can race
+                    clean = seg.wok == s or not (len(writes) > 1 or (writes and s not in writes)) \
+                        or against(writes, c, s, rec, span, True, True)
+                    seg.wok = s if clean else -1
+                    reads = seg.reads
                     if len(reads) > 1 or (reads and s not in reads):
-                        against(reads, c, s, rec, span, False, True)
-                    entries = writes.get(s)
+                        clean = against(reads, c, s, rec, span, False, True) and clean
+                    seg.aok = s if clean else -1
+                entries = writes.get(s)
+                if not entries:
                     if entries is None:
                         entries = writes[s] = {}
-                    entries.pop(key, None)
-                    entries[key] = entry
-            for span in rec.reads:
-                entry = (rec.seq, rec, span)
-                key = (*where, span.block, span.dims and span)
-                checked = (span.lo, span.hi, span.block, span.run, span.dims) in written   # checked as a write
-                for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
+                    live.append((entries, s))
+                entries.pop(key, None)
+                entries[key] = entry
+        written = None
+        for i, span in enumerate(rec.reads):
+            entry = base | i
+            dims = span.dims
+            key = (sk, span.block, span.lo, span.hi, span.run, dims) if dims else span.block << SHIFT | sk
+            for seg in covers.get((span.device, span.lo, span.hi)) or cover(span):
+                if seg.wok != s:
                     writes = seg.writes
-                    if not checked and (len(writes) > 1 or (writes and s not in writes)):
-                        against(writes, c, s, rec, span, True, False)
-                    reads = seg.reads
-                    entries = reads.get(s)
+                    if len(writes) > 1 or (writes and s not in writes):
+                        if written is None:
+                            written = {(w.lo, w.hi, w.block, w.run, w.dims) for w in rec.writes}
+                        # a span this kernel also writes was checked as a write
+                        if (span.lo, span.hi, span.block, span.run, span.dims) not in written:
+                            seg.wok = s if against(writes, c, s, rec, span, True, False) else -1
+                    else:
+                        seg.wok = s
+                if seg.aok != s:
+                    seg.aok = -1
+                reads = seg.reads
+                entries = reads.get(s)
+                if not entries:
                     if entries is None:
                         entries = reads[s] = {}
-                    entries.pop(key, None)
-                    entries[key] = entry
+                    live.append((entries, s))
+                entries.pop(key, None)
+                entries[key] = entry
     return list(found.values())
 
 
