@@ -275,3 +275,22 @@ def test_graph_pool_memory_is_not_guarded_by_record_stream():
     assert missing(b) == []
     [h] = races.find(b.trace)
     assert "graph pool (1, 0)" in h.message
+
+
+def test_a_race_between_the_same_two_lines_does_not_hide_a_missing_record_stream():
+    """Lines 10 (main) and 20 (side) both read ``w`` with no order, then write its reused address:
+    main's old read against side's new write is a race (``w`` lives on main), side's old read against
+    main's new write is a missing ``record_stream``.  Both pairs join the same two lines and blocks;
+    found by the oracle with 2000 examples (the report key ignored the kind: the first found won)."""
+    b = Build("main", "side")
+    b.alloc("w", stream="main")
+    b.kernel("main", reads="w", line=10)
+    b.kernel("side", reads="w", line=20)
+    b.free("w")
+    b.alloc("n", reuses="w")
+    b.kernel("side", writes="n", line=20)
+    b.kernel("main", writes="n", line=10)
+    assert pairs(b) == {("w", "side")}
+    old_and_new = {b.bids["w"], b.bids["n"]}
+    kinds = {c.kind for c in races.conflicts(b.trace) if {c.earlier_span.block, c.later_span.block} == old_and_new}
+    assert kinds == {"race", "missing-record-stream"}

@@ -40,8 +40,9 @@ consumes the value it produced: the functional graph has the same unordered prod
 so that pair stays a ``race`` (one root cause, one report).  Writes of the input-mutated pass stay races: mutating the graph
 input was the user's own doing.
 
-Reports are deduplicated per (blocks, {(stream, site)} of both sides): a weight read
-20,000 times and then written once without synchronisation is one report.
+Reports are deduplicated per (kind, blocks, {(stream, site)} of both sides): a weight read
+20,000 times and then written once without synchronisation is one report.  The kind is part of it:
+the same two lines can race on a block's old use and miss a ``record_stream`` on another.
 """
 from __future__ import annotations
 
@@ -269,7 +270,7 @@ def _scan(trace, hb) -> list:
                 kind = "missing-record-stream"
         if kind == "race" and later_writes and not earlier_writes and reinplace_of(reinplaced_ops, x):
             kind = "reinplace-conflict"     # the reinplaced write against a read the functional op did not race
-        key = (frozenset((old, span.block)), frozenset(((a.stream, a.site), (x.stream, x.site))))
+        key = (kind, frozenset((old, span.block)), frozenset(((a.stream, a.site), (x.stream, x.site))))
         if key not in found:
             found[key] = Conflict(a, aspan, earlier_writes, x, span, later_writes, kind, free)
 
