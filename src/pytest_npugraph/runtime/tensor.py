@@ -149,7 +149,26 @@ class NpuTensor(torch.Tensor):
         return torch.Tensor.untyped_storage(self) if found is None else found
 
     def _typed_storage(self):
-        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype, _internal=True)
+        """``t.storage()``: ``runtime.storage.NpuTypedStorage``, a TypedStorage over the payload's storage
+        whose ``data_ptr()`` is the device address and whose values are read from the device."""
+        from . import storage
+
+        found = storage.typed_storage(self)
+        if found is None:
+            return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype,
+                                      _internal=True)
+        return found
+
+    def set_(self, *args, **kwargs):
+        """``t.set_(storage, ...)`` also takes what ``untyped_storage()`` returns (``NpuStorage``, which
+        torch's argument parser does not know): its payload storage is the storage set."""
+        from .storage import NpuStorage
+
+        if any(isinstance(a, NpuStorage) for a in args) or isinstance(kwargs.get("source"), NpuStorage):
+            args = tuple(a._payload_storage if isinstance(a, NpuStorage) else a for a in args)
+            if isinstance(kwargs.get("source"), NpuStorage):
+                kwargs = dict(kwargs, source=kwargs["source"]._payload_storage)
+        return torch.Tensor.set_(self, *args, **kwargs)
 
     def __deepcopy__(self, memo):
         from . import serialization
@@ -907,6 +926,23 @@ def _host_read(func, plan, args, kwargs):
     return result
 
 
+def _set(func, plan, args, kwargs):
+    """``aten::set_``: a metadata change (no device task): ``self``'s payload is pointed at the source's
+    storage (the payload storage, from a tensor or a storage), and ``self`` takes the block over it."""
+    t = args[0]
+    if not isinstance(t, NpuTensor) or _is_fake(t._payload):
+        return _run(func, plan, args, kwargs)
+    source = args[1] if len(args) > 1 else kwargs.get("source")
+    if isinstance(source, NpuTensor):
+        _same_device([t, source])
+    elif isinstance(source, torch.Tensor):
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{t.device} and {source.device}!")
+    func(*_map(_unwrap, tuple(args)), **_map(_unwrap, kwargs))
+    t.data = wrap(t._payload, t._dev)       # the block over the payload's (new) storage
+    return t
+
+
 def _mask_index(args) -> bool:
     """An index list holding a boolean (or uint8) mask on the device: its count of true values, which
     the host needs for the result's shape, is a device value (the real kernel calls ``nonzero``)."""
@@ -939,6 +975,7 @@ _SPECIAL = {
     "aten::record_stream": _record_stream,
     "aten::_to_copy": _to_copy,
     "aten::copy_": _copy,
+    "aten::set_": _set,
     "aten::_local_scalar_dense": _host_read,
     "aten::nonzero": _host_read,
     "aten::masked_select": _host_read,
