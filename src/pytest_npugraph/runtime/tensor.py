@@ -649,8 +649,10 @@ def _inherit_graph_call(inputs, result) -> None:
 
 
 def read_to_host(rt, t: NpuTensor, op: str) -> None:
-    """A blocking device-to-host read: a copy task, then the host waits for the stream."""
+    """A blocking device-to-host read: a copy task, then the host waits for the stream (refused while
+    the stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
     stream = rt.current_stream(t.device.index)
+    rt.refuse_sync_in_capture("read", t.device.index, stream, call=op)
     s = span(t)
     note_output_reads(rt, (t,), user_site(3))
     rt.kernel(stream, op, [s] if s else [], [], cores=profiles.COPY, site=user_site(3))
@@ -916,9 +918,14 @@ def copy_from_kernel(src, dst, non_blocking=False):
 
 
 def _host_read(func, plan, args, kwargs):
-    """Ops whose result (a scalar or a data-dependent shape) the host must wait for."""
-    result = _run(func, plan, args, kwargs, now=True)
+    """Ops whose result (a scalar or a data-dependent shape) the host must wait for (refused while the
+    stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
     inputs = [t for v in args for t in _npu_tensors(v)]
+    if inputs and not _is_fake(inputs[0]._payload):
+        rt = current()
+        device = inputs[0].device.index
+        rt.refuse_sync_in_capture("read", device, rt.current_stream(device), call=plan.name)
+    result = _run(func, plan, args, kwargs, now=True)
     if inputs and not _is_fake(inputs[0]._payload):
         rt = current()
         device = inputs[0].device.index
