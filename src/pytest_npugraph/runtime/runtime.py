@@ -7,9 +7,9 @@ plugin has started a new test (``_context.CONTEXT.generation``), so nothing leak
 from __future__ import annotations
 
 import bisect
-import sys
 import contextlib
 import itertools
+import sys
 import threading
 from typing import Optional
 
