@@ -7,6 +7,7 @@ works under pytest-xdist.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections import Counter, defaultdict
@@ -36,8 +37,11 @@ class TestHazards:
         if self._cache[0] != n:
             from .analysis import AnalysisError, analyze
 
+            # the records as of now: a garbage collection during the analyses may free the test's tensors
+            # and append Free records to the live trace (the analyses size their tables once)
+            trace = dataclasses.replace(rt.trace, records=rt.trace.records[:n])
             try:
-                found, self.error = analyze(rt.trace), None
+                found, self.error = analyze(trace), None
             except AnalysisError as exc:     # the other analyses' hazards still count; check() fails loudly
                 found, self.error = exc.hazards, exc
             self._cache = (n, _unique(found))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
+import sys
 import threading
 from typing import Optional
 
@@ -206,6 +207,8 @@ class Runtime:
     def host_sync(self, what: str, *, device: int = 0, stream: Optional[StreamState] = None,
                   event: Optional[EventState] = None, site=None) -> None:
         site = site or user_site(3)
+        if what != "stream":     # Stream.synchronize/query refuse themselves; a blocking H2D copy is let through
+            self.refuse_sync_in_capture(what, device, stream, event)
 
         def append():
             self._append(T.HostSync(self._seq(), what, device, stream.sid if stream else None,
@@ -225,6 +228,49 @@ class Runtime:
                 self._learn(stream.sid, self.stream_marks.get(stream.sid, -1))
             elif event is not None and event.recorded:
                 self._learn(event.record_stream, event.record_mark)
+
+    def refuse_sync_in_capture(self, what: str, device: int = 0, stream: Optional[StreamState] = None,
+                               event: Optional[EventState] = None, call: Optional[str] = None) -> None:
+        """Raise the ACL error a real runtime gives when the host synchronises with work being captured
+        into a graph: a capturing stream (``what`` "stream", or "read": a blocking device-to-host read,
+        which synchronises the stream), any capturing stream of the device ("device"), or an event
+        whose record was captured ("event").  A capture records tasks without running them, so the
+        host can never see them done: aclrtSynchronizeStream/Device answer ACL_ERROR_RT_STREAM_CAPTURED
+        (107027, "stream is captured") and aclrtSynchronizeEvent ACL_ERROR_RT_EVENT_CAPTURED (107028,
+        "event is captured"), the codes of CANN's rt_error_codes.h; torch_npu raises them through
+        NPU_CHECK_ERROR (" NPU function error: <call>, error code is <code>", the ACL suffix, then
+        "[Error]: ...").  CUDA's analogue is "operation not permitted when stream is capturing".
+        ``call``: the op a "read" is for, or the stream method (named in the message).  A blocking
+        host-to-device copy's stream sync is not refused: compiled regions here copy lifted host
+        constants to the device inside their aclgraph captures."""
+        if what == "device":
+            capturing = next((s for s in self.devices[device].streams.values() if s.capture is not None), None)
+        elif what == "event":
+            capture = None if event is None else getattr(event, "capture", None)
+            if capture is None:
+                return
+            capturing = capture.stream
+        else:
+            capturing = stream if stream is not None and stream.capture is not None else None
+        if capturing is None:
+            return
+        from .errors import ErrCode, pta_error
+
+        capture = capturing.capture if what != "event" else event.capture
+        api, code, text = {
+            "device": ("aclrtSynchronizeDeviceWithTimeout", 107027, "stream is captured"),
+            "event": ("aclrtSynchronizeEvent", 107028, "event is captured"),
+        }.get(what, ("aclrtSynchronizeStreamWithTimeout", 107027, "stream is captured"))
+        kind = {"device": "torch.npu.synchronize()", "stream": f"{capturing.label}.{call or 'synchronize'}()",
+                "event": f"{event.label if event is not None else 'an event'}.synchronize()",
+                "read": f"a blocking device-to-host read ({call or 'a value the host needs'})"}.get(what, what)
+        where = f" at {first_user(sys._getframe(1))}"
+        raise RuntimeError(
+            f"NPU function error: {api}, error code is {code}{pta_error(ErrCode.ACL)}\n[Error]: {text}.\n"
+            f"{kind}{where} synchronizes the host with {capturing.label}, which is capturing "
+            f"{capture.graph.label}: a graph capture forbids host synchronisation (captured work is recorded, "
+            f"not run, so the host can never see it done). Synchronize or read values before capture_begin() "
+            f"or after capture_end() (read a graph's outputs after replay()).")
 
     def synced(self, what: str, device: int = 0, stream: Optional[StreamState] = None,
                event: Optional[EventState] = None):

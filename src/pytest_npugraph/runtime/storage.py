@@ -88,3 +88,106 @@ def untyped_storage(t):
     if _is_fake(t._payload) or _faking():
         return None
     return NpuStorage(t._block, t._payload.untyped_storage(), t.device)
+
+
+_LEGACY_NAMES = {torch.float64: "DoubleStorage", torch.float32: "FloatStorage", torch.float16: "HalfStorage",
+                 torch.bfloat16: "BFloat16Storage", torch.int64: "LongStorage", torch.int32: "IntStorage",
+                 torch.int16: "ShortStorage", torch.int8: "CharStorage", torch.uint8: "ByteStorage",
+                 torch.bool: "BoolStorage"}
+
+
+class NpuTypedStorage(torch.TypedStorage):
+    """What ``Tensor.storage()`` of an NPU tensor returns: torch's ``TypedStorage`` over the payload's
+    CPU storage, answering for the device.
+
+    Why a ``TypedStorage`` subclass over the *payload* storage: ``x.set_(s, offset, size, stride)``
+    hands ``s._untyped_storage`` to the op (torch's argument parser accepts any ``TypedStorage``
+    instance), so the payload storage is what makes the result a view of the same CPU bytes, and
+    therefore of the same block (``tensor.wrap`` finds the block by the payload storage); ``_cdata``
+    (``StorageWeakRef``, torch_npu's ``t1.storage()._cdata == t2.storage()._cdata``) is that
+    storage's too.  What differs from a CPU storage is answered here: ``data_ptr()`` is the block's
+    simulated device address (``t.untyped_storage().data_ptr()``), ``device``/``get_device()``/
+    ``is_npu``/``type()`` name the npu, ``untyped()`` is ``NpuStorage``, and reading the values
+    (``s[i]``, ``tolist()``, ``cpu()``, printing) is a device-to-host read through an NPU view
+    (``.item()``/``.cpu()``), so the host waits for pending device work as it does on hardware;
+    ``s[i] = v`` is a device write.  The storage keeps the block alive as a real storage keeps its
+    memory.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)       # TypedStorage.__new__ takes only its own signatures
+
+    def __init__(self, block, payload_storage, dtype, device: torch.device):
+        super().__init__(wrap_storage=payload_storage, dtype=dtype, _internal=True)
+        self._block = block
+        self._npu_device = device
+
+    # -- what is the device's
+    def _data_ptr(self) -> int:
+        return 0 if self._block is None else self._block.lo
+
+    @property
+    def device(self) -> torch.device:
+        return self._npu_device
+
+    def get_device(self) -> int:
+        return self._npu_device.index
+
+    @property
+    def is_npu(self) -> bool:
+        return True
+
+    def untyped(self):
+        return NpuStorage(self._block, self._untyped_storage, self._npu_device)
+
+    def type(self, dtype=None, non_blocking: bool = False):
+        if dtype is None:
+            name = _LEGACY_NAMES.get(self.dtype)
+            return f"torch.npu.{name}" if name else "torch.storage.TypedStorage"
+        return self.cpu().type(dtype, non_blocking)
+
+    # -- values: through an NPU tensor over this storage, so reads and writes are device work
+    def _as_tensor(self) -> torch.Tensor:
+        return torch.empty(0, dtype=self.dtype, device=self._npu_device).set_(self)
+
+    def _getitem(self, idx):
+        if isinstance(idx, slice):
+            raise RuntimeError("slices are only supported in UntypedStorage.__getitem__")
+        if not isinstance(idx, int):
+            raise RuntimeError(f"can't index a {type(self)} with {type(idx)}")
+        return self._as_tensor()[self._maybe_wrap_index(idx)].item()
+
+    def _setitem(self, idx, value):
+        if not isinstance(idx, (int, slice)):
+            raise RuntimeError(f"can't index a {type(self)} with {type(idx)}")
+        if torch.is_storage(value):
+            raise RuntimeError(f"cannot set item with value type {type(value)}")
+        self._as_tensor()[idx] = value
+
+    def cpu(self):
+        """A host copy (one device-to-host read)."""
+        host = self._as_tensor().cpu()
+        return torch.TypedStorage(wrap_storage=host.untyped_storage(), dtype=self.dtype, _internal=True)
+
+    def tolist(self):
+        return self._as_tensor().tolist()
+
+    def clone(self):
+        """A copy in new device memory (a device copy task)."""
+        return self._as_tensor().clone()._typed_storage()
+
+    def _new_wrapped_storage(self, untyped_storage):
+        return torch.TypedStorage(wrap_storage=untyped_storage, dtype=self.dtype, _internal=True)
+
+    def __reduce__(self):
+        raise TypeError("pytest-npugraph: pickling an NPU storage on its own is not emulated; pickle the tensor "
+                        "(torch.save(t)) instead")
+
+
+def typed_storage(t):
+    """``t.storage()`` / ``t._typed_storage()`` of an NPU tensor (None while faking: torch's own)."""
+    from .tensor import _is_fake
+
+    if _is_fake(t._payload) or _faking():
+        return None
+    return NpuTypedStorage(t._block, t._payload.untyped_storage(), t.dtype, t.device)

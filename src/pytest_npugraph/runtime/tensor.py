@@ -149,7 +149,26 @@ class NpuTensor(torch.Tensor):
         return torch.Tensor.untyped_storage(self) if found is None else found
 
     def _typed_storage(self):
-        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype, _internal=True)
+        """``t.storage()``: ``runtime.storage.NpuTypedStorage``, a TypedStorage over the payload's storage
+        whose ``data_ptr()`` is the device address and whose values are read from the device."""
+        from . import storage
+
+        found = storage.typed_storage(self)
+        if found is None:
+            return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype,
+                                      _internal=True)
+        return found
+
+    def set_(self, *args, **kwargs):
+        """``t.set_(storage, ...)`` also takes what ``untyped_storage()`` returns (``NpuStorage``, which
+        torch's argument parser does not know): its payload storage is the storage set."""
+        from .storage import NpuStorage
+
+        if any(isinstance(a, NpuStorage) for a in args) or isinstance(kwargs.get("source"), NpuStorage):
+            args = tuple(a._payload_storage if isinstance(a, NpuStorage) else a for a in args)
+            if isinstance(kwargs.get("source"), NpuStorage):
+                kwargs = dict(kwargs, source=kwargs["source"]._payload_storage)
+        return torch.Tensor.set_(self, *args, **kwargs)
 
     def __deepcopy__(self, memo):
         from . import serialization
@@ -630,8 +649,10 @@ def _inherit_graph_call(inputs, result) -> None:
 
 
 def read_to_host(rt, t: NpuTensor, op: str) -> None:
-    """A blocking device-to-host read: a copy task, then the host waits for the stream."""
+    """A blocking device-to-host read: a copy task, then the host waits for the stream (refused while
+    the stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
     stream = rt.current_stream(t.device.index)
+    rt.refuse_sync_in_capture("read", t.device.index, stream, call=op)
     s = span(t)
     note_output_reads(rt, (t,), user_site(3))
     rt.kernel(stream, op, [s] if s else [], [], cores=profiles.COPY, site=user_site(3))
@@ -897,14 +918,36 @@ def copy_from_kernel(src, dst, non_blocking=False):
 
 
 def _host_read(func, plan, args, kwargs):
-    """Ops whose result (a scalar or a data-dependent shape) the host must wait for."""
-    result = _run(func, plan, args, kwargs, now=True)
+    """Ops whose result (a scalar or a data-dependent shape) the host must wait for (refused while the
+    stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
     inputs = [t for v in args for t in _npu_tensors(v)]
+    if inputs and not _is_fake(inputs[0]._payload):
+        rt = current()
+        device = inputs[0].device.index
+        rt.refuse_sync_in_capture("read", device, rt.current_stream(device), call=plan.name)
+    result = _run(func, plan, args, kwargs, now=True)
     if inputs and not _is_fake(inputs[0]._payload):
         rt = current()
         device = inputs[0].device.index
         rt.host_sync("read", device=device, stream=rt.current_stream(device), site=user_site(2))
     return result
+
+
+def _set(func, plan, args, kwargs):
+    """``aten::set_``: a metadata change (no device task): ``self``'s payload is pointed at the source's
+    storage (the payload storage, from a tensor or a storage), and ``self`` takes the block over it."""
+    t = args[0]
+    if not isinstance(t, NpuTensor) or _is_fake(t._payload):
+        return _run(func, plan, args, kwargs)
+    source = args[1] if len(args) > 1 else kwargs.get("source")
+    if isinstance(source, NpuTensor):
+        _same_device([t, source])
+    elif isinstance(source, torch.Tensor):
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{t.device} and {source.device}!")
+    func(*_map(_unwrap, tuple(args)), **_map(_unwrap, kwargs))
+    t.data = wrap(t._payload, t._dev)       # the block over the payload's (new) storage
+    return t
 
 
 def _mask_index(args) -> bool:
@@ -939,6 +982,7 @@ _SPECIAL = {
     "aten::record_stream": _record_stream,
     "aten::_to_copy": _to_copy,
     "aten::copy_": _copy,
+    "aten::set_": _set,
     "aten::_local_scalar_dense": _host_read,
     "aten::nonzero": _host_read,
     "aten::masked_select": _host_read,

@@ -335,6 +335,7 @@ class _NPUStreamBase(torch.Stream):
             raise RuntimeError("Cannot query external NPU stream status. The caller must track stream "
                                "completion externally.")
         rt = _rt()
+        rt.refuse_sync_in_capture("stream", state.device, state, call="query")
         rt.host_sync("stream", device=state.device, stream=state)
         return True
 
@@ -343,7 +344,9 @@ class _NPUStreamBase(torch.Stream):
         if state.external:
             raise RuntimeError("External NPU stream is not supported in NPUStream::synchronize. The caller is "
                                "responsible for synchronization of external streams.")
-        _rt().host_sync("stream", device=state.device, stream=state)
+        rt = _rt()
+        rt.refuse_sync_in_capture("stream", state.device, state, call="synchronize")
+        rt.host_sync("stream", device=state.device, stream=state)
 
     @property
     def priority(self):
