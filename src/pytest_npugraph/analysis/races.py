@@ -308,6 +308,8 @@ def _scan(trace, hb) -> list:
         # each access is kept as the newest of its key on its stream (see module doc).  The key is the
         # site's number (by its fields: a dataclass hash is a Python call) and the block, one int for a
         # dense span; a strided one adds its layout.  Equal keys iff equal (site, block, span.dims and span).
+        # The write and read loops below repeat that bookkeeping inline on purpose: it runs per (access,
+        # segment), and a function call there was a third of the scan.
         site = rec.site
         where = (site.path, site.line, site.func)
         sk = site_ids.get(where)

@@ -921,15 +921,15 @@ def _host_read(func, plan, args, kwargs):
     """Ops whose result (a scalar or a data-dependent shape) the host must wait for (refused while the
     stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
     inputs = [t for v in args for t in _npu_tensors(v)]
+    stream = None
     if inputs and not _is_fake(inputs[0]._payload):
         rt = current()
-        device = inputs[0].device.index
-        rt.refuse_sync_in_capture("read", device, rt.current_stream(device), call=plan.name)
+        device = inputs[0]._dev
+        stream = rt.current_stream(device)
+        rt.refuse_sync_in_capture("read", device, stream, call=plan.name)
     result = _run(func, plan, args, kwargs, now=True)
-    if inputs and not _is_fake(inputs[0]._payload):
-        rt = current()
-        device = inputs[0].device.index
-        rt.host_sync("read", device=device, stream=rt.current_stream(device), site=user_site(2))
+    if stream is not None:
+        rt.host_sync("read", device=device, stream=stream, site=user_site(2))
     return result
 
 
