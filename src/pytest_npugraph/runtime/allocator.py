@@ -157,8 +157,10 @@ class Stats:
         "split_shrunk": {"inactive_split_bytes": (0, -1, 0)},
     }
     CODES = {kind: i for i, kind in enumerate(KINDS)}
-    FOLD_AT = 3 << 20           # ints in the log (24 MiB) before it is applied anyway
-    ROWS_BY_HAND = 256          # a log up to this many changes is applied in Python, a longer one with torch
+    # a long log is applied at once with torch, at about 0.2 us per change while it fits in the cache; this
+    # many ints (4096 changes) and the log is applied anyway (longer logs cost more per change)
+    FOLD_AT = 3 * 4096
+    ROWS_BY_HAND = 32           # a log up to this many changes is applied in Python (torch's fixed cost)
 
     def __init__(self):
         self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
@@ -168,6 +170,11 @@ class Stats:
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
+        # code -> ((constant, x coefficient, y coefficient, (its "all" _Stat, its pool's _Stat)), ...)
+        self._by_code = [tuple((const, cx, cy, (self._values[name]["all"],
+                                                self._values[name]["small_pool" if code % 2 else "large_pool"]))
+                               for name, (const, cx, cy) in changes.items())
+                         for changes in self.KINDS.values() for code in (0, 1)]
 
     @classmethod
     def code(cls, kind: str, small: bool = False) -> int:
@@ -182,45 +189,49 @@ class Stats:
             log = self.log[:n]
             del self.log[:n]
             if n <= 3 * self.ROWS_BY_HAND:
-                self._apply_by_hand([log[i:i + 3] for i in range(0, n, 3)])
+                self._apply_by_hand(log)
             else:
                 self._apply_vectorised(log)
 
-    def _apply_by_hand(self, rows) -> None:
+    def _apply_by_hand(self, log) -> None:
         """A short log (a test reading the statistics often): counter by counter."""
-        kinds = list(self.KINDS.values())
-        for code, x, y in rows:
-            small = code % 2
-            for name, (const, cx, cy) in kinds[code // 2].items():
+        by_code = self._by_code
+        for i in range(0, len(log), 3):
+            x, y = log[i + 1], log[i + 2]
+            for const, cx, cy, stats in by_code[log[i]]:
                 amount = const + cx * x + cy * y
-                pools = self._values[name]
-                for v in (pools["all"], pools["small_pool" if small else "large_pool"]):
+                for v in stats:
                     v.current += amount
                     if amount > 0:
                         v.allocated += amount
-                        v.peak = max(v.peak, v.current)
+                        if v.current > v.peak:
+                            v.peak = v.current
                     else:
                         v.freed -= amount
 
     def _apply_vectorised(self, log) -> None:
+        """Per-change deltas of the nine arrays, their prefix sums (the current values after each change,
+        whose maxima are the peaks) and the sums of their magnitudes (with the net sums, the totals added
+        and removed), for all changes and for the small pool's; the large pool's are the difference."""
         import torch
 
+        constant, per_x, per_y = _coefficient_tables()
         rows = torch.frombuffer(log, dtype=torch.int64).view(-1, 3)
-        kind, small = rows[:, 0] // 2, rows[:, 0] % 2
-        c = torch.tensor(_COEFFICIENTS)[kind]              # (rows, 3, arrays)
-        deltas = c[:, 0] + rows[:, 1:2] * c[:, 1] + rows[:, 2:3] * c[:, 2]
-        for pool, mask in (("all", None), ("small_pool", small == 1), ("large_pool", small == 0)):
-            d = deltas if mask is None else deltas * mask.unsqueeze(1)
+        code = rows[:, 0]
+        d = constant.index_select(0, code)
+        d += rows[:, 1:2] * per_x.index_select(0, code)
+        d += rows[:, 2:3] * per_y.index_select(0, code)
+        d_small = d * (code & 1).unsqueeze(1)
+        cum, cum_small = d.cumsum(0), d_small.cumsum(0)
+        for pool, cum_pool, d_pool in (("all", cum, d), ("small_pool", cum_small, d_small),
+                                       ("large_pool", cum - cum_small, d - d_small)):
             stats = [self._values[name][pool] for name in self.ARRAYS]
-            current = torch.tensor([v.current for v in stats]) + d.cumsum(0)
-            peaks = current.max(0).values.tolist()
-            added = d.clamp(min=0).sum(0).tolist()
-            removed = (-d).clamp(min=0).sum(0).tolist()
-            for v, now, peak, plus, minus in zip(stats, current[-1].tolist(), peaks, added, removed):
-                v.current = now
-                v.peak = max(v.peak, peak)
-                v.allocated += plus
-                v.freed += minus
+            net, magnitude = cum_pool[-1].tolist(), d_pool.abs().sum(0).tolist()
+            for v, rise, change, most in zip(stats, net, magnitude, cum_pool.max(0).values.tolist()):
+                v.peak = max(v.peak, v.current + most)
+                v.current += rise
+                v.allocated += (change + rise) // 2     # the sum of the positive deltas
+                v.freed += (change - rise) // 2
 
     @classmethod
     def coefficients(cls) -> list:
@@ -267,7 +278,20 @@ class Stats:
         return nested
 
 
-_COEFFICIENTS = Stats.coefficients()
+_tables: list = []
+
+
+def _coefficient_tables():
+    """``(constant, x, y)`` coefficient tables as torch tensors, indexed by log code: ``[code][array]``."""
+    if not _tables:
+        import torch
+
+        coefficients = Stats.coefficients()
+        _tables.extend(torch.tensor([coefficients[code // 2][term] for code in range(2 * len(Stats.KINDS))])
+                       for term in range(3))
+    return _tables
+
+
 # the log codes of the allocator's changes (plus 1 for the small pool)
 (_MALLOCED, _FREED, _RELEASED, _SEGMENT_ADDED, _SEGMENT_REMOVED, _SPLIT_ADDED, _SPLIT_REMOVED,
  _SPLIT_SHRUNK) = (Stats.code(kind) for kind in Stats.KINDS)

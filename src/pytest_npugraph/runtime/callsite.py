@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import weakref
 
 from .._context import CONTEXT
 from ..trace import UNKNOWN_SITE, Site
@@ -103,6 +104,22 @@ def first_user(frame) -> Site:
             if filename[:1] != "<":
                 _verdict[filename] = shown
         if shown is not None:
-            return Site(shown, frame.f_lineno, code.co_name)
+            key = (id(code), frame.f_lasti)
+            known = _sites.get(key)
+            if known is not None and known[0]() is code:
+                return known[1]
+            if len(_sites) >= _SITES_KEPT:
+                _sites.clear()
+            site = Site(shown, frame.f_lineno, code.co_name)
+            _sites[key] = (weakref.ref(code), site)
+            return site
         frame = frame.f_back
     return UNKNOWN_SITE
+
+
+# (code's id, instruction offset) -> (weak reference to the code, its Site): one Site per call site, shared
+# by every record made there (``f_lineno`` decodes the line table each time; fewer objects for the GC).
+# By code object, not file and line: Dynamo's transformed code and exec'd text share their file name
+# with other code; weakly, so that code can die (see ``_verdict``)
+_sites: dict = {}
+_SITES_KEPT = 1 << 16

@@ -127,7 +127,7 @@ class Capture:
             if self.updatable and op.split("::")[-1].split(".")[0] in self.updatable:
                 self.updated.append(len(self.steps))
             self.steps.append(replay_step(*replay))
-        rt._kernel_now(stream, op, (), (), NO_CORES, site, self.graph, None)
+        rt.kernel_now(stream, op, (), (), NO_CORES, site, self.graph)
 
     def record(self, event, stream, site) -> None:
         self.tasks.append(("r", stream, event, site))

@@ -148,16 +148,18 @@ class Runtime:
 
     def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
                site=None, graph=None, collective=None) -> int:
-        return self._kernel_now(stream, op, reads, writes, cores, site or self.site_hint() or user_site(3),
-                                graph, collective)
+        return self.kernel_now(stream, op, tuple(reads), tuple(writes), cores,
+                               site or self.site_hint() or user_site(3), graph, collective)
 
-    def _kernel_now(self, stream, op, reads, writes, cores, site, graph, collective) -> int:
+    def kernel_now(self, stream, op, reads: tuple, writes: tuple, cores, site, graph=None, collective=None) -> int:
+        """``kernel`` with everything worked out (the eager op path)."""
+        cube, vector = stream.cube_limit, stream.vector_limit
+        if cube is None or vector is None:
+            cube, vector = self.devices[stream.device].explicit_limits(stream)
         with self.lock:
             records = self.trace.records
             seq = len(records)
-            cube, vector = self.devices[stream.device].explicit_limits(stream)
-            records.append(T.Kernel(seq, stream.sid, op, tuple(reads), tuple(writes),
-                                    site, cores, cube, vector, graph, collective))
+            records.append(T.Kernel(seq, stream.sid, op, reads, writes, site, cores, cube, vector, graph, collective))
             self.stream_marks[stream.sid] = seq
             return seq
 
@@ -317,27 +319,30 @@ class Runtime:
         return self.host_known.get(sid, -1) >= mark
 
     def on_alloc(self, block, site=None, pool=None) -> None:
+        if site is None:
+            site = self.thread().site or user_site(3)
+        bid, lo = block.bid, block.lo
+        hi = lo + block.size
+        info = T.BlockInfo(bid, block.device, block.stream, lo, hi, block.requested, site, pool)
         with self.lock:
-            site = site or self.site_hint() or user_site(3)
-            self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
-                                                       block.lo + block.size, block.requested, site, pool)
+            self.trace.blocks[bid] = info
             records = self.trace.records
-            records.append(T.Alloc(len(records), block.bid, site, self._reused(block)))
+            ranges = self.freed_ranges.get(block.device)
+            records.append(T.Alloc(len(records), bid, site, self._reused(ranges, lo, hi) if ranges else None))
 
-    def _reused(self, block) -> Optional[int]:
-        """The newest (most recently allocated) of the freed blocks whose bytes the new one occupies, if
-        any; those freed ranges are used up."""
-        ranges = self.freed_ranges.get(block.device)
-        if not ranges:
-            return None
-        lo, hi = block.lo, block.lo + block.size
+    @staticmethod
+    def _reused(ranges: list, lo: int, hi: int) -> Optional[int]:
+        """The newest (most recently allocated) of the freed blocks (``ranges``: sorted ``(lo, hi, bid)``)
+        whose bytes ``[lo, hi)`` occupies, if any; those freed ranges are used up."""
         # the ranges starting in [lo, hi) overlap it, and the one before ``lo`` may reach into it
-        i = bisect.bisect_left(ranges, (lo, -1, -1))
+        i = bisect.bisect_left(ranges, (lo,))
         if i and ranges[i - 1][1] > lo:
             i -= 1
-        j = min(bisect.bisect_left(ranges, (hi, -1, -1), i), i + 64)
+        j = bisect.bisect_left(ranges, (hi,), i, min(i + 64, len(ranges)))
         if i == j:
             return None
+        if j == i + 1:
+            return ranges.pop(i)[2]
         hits = ranges[i:j]
         del ranges[i:j]
         return max(r[2] for r in hits)
@@ -351,14 +356,20 @@ class Runtime:
 
     def on_free(self, block, frame=None) -> None:
         """``frame``: where the block's last reference went, if known (else the caller's caller)."""
-        if block.bid not in self.trace.blocks:
+        bid = block.bid
+        if bid not in self.trace.blocks:
             return  # allocated by an earlier test: not part of this trace
+        site = self.thread().site or (user_site(3) if frame is None else first_user(frame))
+        lo = block.lo
+        freed = (lo, lo + block.size, bid)
         with self.lock:
             records = self.trace.records
-            site = self.thread().site or (user_site(3) if frame is None else first_user(frame))
-            records.append(T.Free(len(records), block.bid, site))
-            bisect.insort(self.freed_ranges.setdefault(block.device, []),
-                          (block.lo, block.lo + block.size, block.bid))
+            records.append(T.Free(len(records), bid, site))
+            ranges = self.freed_ranges.get(block.device)
+            if ranges is None:
+                self.freed_ranges[block.device] = [freed]
+            else:
+                bisect.insort(ranges, freed)
 
     def record_stream(self, block, stream: StreamState) -> None:
         with self.lock:

@@ -294,17 +294,22 @@ def span(t: NpuTensor):
         return memo
     block = t._block
     p = t._payload
-    if block is None or p.numel() == 0:
+    n = p.numel()
+    if block is None or n == 0:
         memo = None
     else:
         size = p.element_size()
-        memo = T.Span.of_view(block.device, block.bid, block.lo + p.storage_offset() * size, size, p.shape,
-                              p.stride())
+        lo = block.lo + p.storage_offset() * size
+        if p.is_contiguous():       # most op outputs: dense bytes, no layout to work out
+            memo = _Span(block.device, lo, lo + n * size, block.bid)
+        else:
+            memo = _Span.of_view(block.device, block.bid, lo, size, p.shape, p.stride())
     t.__dict__["_span_memo"] = memo
     return memo
 
 
 _NO_SPAN = object()
+_Span = T.Span
 
 
 # -------------------------------------------------------------------- dispatch
@@ -312,12 +317,13 @@ class _Plan:
     """What dispatch needs to know about an op, computed once per OpOverload."""
 
     __slots__ = ("name", "args", "reads_data", "metadata_only", "metadata_inplace", "special", "returns_args",
-                 "returns_written", "writes_at", "writes_kw", "host_check")
+                 "returns_written", "writes_at", "writes_kw", "host_check", "view_of_first")
 
     def __init__(self, func):
         schema = func._schema
         self.name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
-        views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+        views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) \
+            or schema.name in _UNANNOTATED_VIEWS
         # ``zeros_like(x)`` reads only ``x``'s metadata, but fills its result: a task (and a replay step)
         self.reads_data = not (views or _FACTORY_LIKE(schema.name))
         self.metadata_only = views or schema.name in _ALLOCATE_ONLY     # no device task at all
@@ -337,6 +343,10 @@ class _Plan:
         self.writes_kw = {name: is_write for _, name, _, is_write in self.args}
         # an aten op refuses CPU operands (but 0-dim scalars and the index ops' indices)
         self.host_check = schema.name.startswith("aten::") and schema.name not in _HOST_OPERANDS_OK
+        # a view of its first argument, its only tensor (``view``, ``t``, ``expand``, ``split``...)
+        self.view_of_first = views and self.special is None and \
+            [i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)] == [0] and \
+            all(str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns) and len(schema.returns) == 1
 
 
 # In-place ops that change only a tensor's sizes, strides or offset (or ask a type question): no kernel
@@ -351,6 +361,10 @@ def _FACTORY_LIKE(name: str) -> bool:
     base = name.split("::")[-1]
     return base.startswith("new_") or base.endswith("_like")
 
+
+# views whose schema does not say so (``_unsafe_view(Tensor self, SymInt[] size) -> Tensor``: matmul,
+# einsum and reshape's copies return one): no kernel, as for the annotated views
+_UNANNOTATED_VIEWS = frozenset(("aten::_unsafe_view",))
 
 # factories that only allocate (their values are whatever the memory held): no kernel
 _ALLOCATE_ONLY = frozenset(("aten::empty_like", "aten::new_empty", "aten::new_empty_strided"))
@@ -450,7 +464,29 @@ def dispatch(func, args, kwargs):
         plan = _plans[func] = _Plan(func)
     if plan.special is not None:
         return plan.special(func, plan, args, kwargs)
+    if plan.view_of_first:
+        base = args[0]
+        payload = base._payload
+        if type(payload) is _Tensor and not payload.is_meta:
+            return _view(func, base, payload, args, kwargs)
     return _run(func, plan, args, kwargs)
+
+
+def _view(func, base: NpuTensor, payload, args, kwargs):
+    """A view of ``base`` (its op's only tensor): the result shares its block, and nothing runs on the
+    device (``_run`` does the same for views in general, with more to find out first)."""
+    out = func(payload, *args[1:], **kwargs)
+    index, block, call = base._dev, base._block, base._graph_call
+    if type(out) is _Tensor:
+        t = NpuTensor(out, index, block)
+        if call is not None:
+            t._graph_call = call
+        return t
+    outs = [NpuTensor(x, index, block) for x in out]
+    if call is not None:
+        for t in outs:
+            t._graph_call = call
+    return outs
 
 
 def _run(func, plan, args, kwargs, now=False):
@@ -609,23 +645,30 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=
         rt = current()
     if stream is None:
         stream = rt.current_stream(device)
-    read_spans, write_spans, handles = [], [], False
-    for spans, tensors in ((read_spans, reads), (write_spans, writes)):
-        for t in tensors:
-            s = span(t)
-            if s is not None:
-                spans.append(s)
-                if t._block.allocator.runtime is not rt:
-                    rt.known_block(t._block)
-                handles = handles or t._graph_call is not None
+    read_spans, write_spans = _spans(rt, reads), _spans(rt, writes)
     site = site or rt.site_hint() or user_site(3)
     if stream.capture is not None:
         stream.capture.add(op, read_spans, write_spans, stream, replay=replay, site=site)
         return None
-    if handles:
-        note_output_reads(rt, reads + writes, site)
-    return rt.kernel(stream, op, read_spans, write_spans, cores=profiles.resolve(op, rt.devices[device]),
-                     site=site)
+    for t in reads + writes if reads else writes:
+        if t._graph_call is not None:
+            note_output_reads(rt, reads + writes, site)
+            break
+    return rt.kernel_now(stream, op, read_spans, write_spans, profiles.resolve(op, rt.devices[device]), site)
+
+
+def _spans(rt, tensors) -> tuple:
+    """The spans of ``tensors`` (naming in ``rt``'s trace any block an earlier test's runtime made)."""
+    out = []
+    for t in tensors:
+        s = t.__dict__.get("_span_memo", _NO_SPAN)
+        if s is _NO_SPAN:
+            s = span(t)
+        if s is not None:
+            out.append(s)
+            if t._block.allocator.runtime is not rt:
+                rt.known_block(t._block)
+    return tuple(out)
 
 
 def note_output_reads(rt, tensors, site) -> None:
