@@ -8,13 +8,12 @@ a block handed out again after a free shows up as overlapping the old block's pe
 from __future__ import annotations
 
 import array
-import bisect
 import itertools
 import sys
 import threading
-import weakref
-from dataclasses import dataclass, field
+from bisect import bisect_left, insort
 from typing import Optional
+from weakref import ref
 
 MIN_BLOCK = 512                  # every size is rounded up to this
 SMALL_SIZE = 1 << 20             # requests up to 1 MiB come from the small pool
@@ -50,37 +49,51 @@ def format_size(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-@dataclass(eq=False)
 class Segment:
-    lo: int
-    size: int
-    stream: int
-    small: bool
-    pool: Optional[object]
-    blocks: list = field(default_factory=list)  # address-ordered Chunks
+    """One device allocation, cut into address-ordered Chunks linked through ``prev``/``next``."""
+
+    __slots__ = ("lo", "size", "stream", "small", "pool", "first", "free")
+
+    def __init__(self, lo: int, size: int, stream: int, small: bool, pool, free: list):
+        self.lo = lo
+        self.size = size
+        self.stream = stream
+        self.small = small
+        self.pool = pool
+        self.first: Optional[Chunk] = None
+        self.free = free        # its pool's free list (``CachingAllocator.free_chunks``)
+
+    @property
+    def blocks(self) -> list:
+        """Its Chunks in address order."""
+        out, chunk = [], self.first
+        while chunk is not None:
+            out.append(chunk)
+            chunk = chunk.next
+        return out
 
 
-@dataclass(eq=False)
 class Chunk:
-    """A contiguous piece of a segment: allocated, pending (freed, awaiting streams) or cached free."""
+    """A contiguous piece of a segment: allocated, pending (freed, awaiting streams) or cached free.
+    ``prev``/``next``: its neighbours in the segment, so that a free merges without searching."""
 
-    segment: Segment
-    lo: int
-    size: int
-    allocated: bool = False  # handed out and not yet freed (the Block may be dying meanwhile)
-    pending: bool = False    # freed, waiting for recorded streams
-    requested: int = 0       # bytes its Block asked for (until the chunk is inactive again)
-    _owner: Optional["weakref.ref"] = None   # weak: the tensors' death, not the pool, frees a block
+    __slots__ = ("segment", "lo", "size", "allocated", "pending", "requested", "_owner", "prev", "next")
+
+    def __init__(self, segment: Segment, lo: int, size: int, prev=None, next=None):
+        self.segment = segment
+        self.lo = lo
+        self.size = size
+        self.allocated = False  # handed out and not yet freed (the Block may be dying meanwhile)
+        self.pending = False    # freed, waiting for recorded streams
+        self.requested = 0      # bytes its Block asked for (until the chunk is inactive again)
+        self._owner = None      # weakref to the Block: the tensors' death, not the pool, frees a block
+        self.prev: Optional[Chunk] = prev
+        self.next: Optional[Chunk] = next
 
     @property
     def owner(self) -> Optional["Block"]:
         """The live Block holding this chunk; None while it is cached free or pending."""
         return None if self._owner is None else self._owner()
-
-    @owner.setter
-    def owner(self, block: Optional["Block"]) -> None:
-        self._owner = None if block is None else weakref.ref(block)
-        self.allocated = block is not None
 
     @property
     def hi(self) -> int:
@@ -88,7 +101,7 @@ class Chunk:
 
     @property
     def split(self) -> bool:
-        return len(self.segment.blocks) > 1
+        return self.prev is not None or self.next is not None
 
 
 class Block:
@@ -110,10 +123,10 @@ class Block:
         self.freed = False
 
     def __del__(self, _finalizing=sys.is_finalizing):
-        if _finalizing():     # interpreter exit: module globals are already None; nothing left to account
+        if self.freed or _finalizing():   # (interpreter exit: module globals are already None)
             return
         allocator = self.allocator
-        if allocator is not None and not self.freed:
+        if allocator is not None:
             allocator.free(self, sys._getframe(1))   # where the last reference went: the Free's site
 
 
@@ -239,10 +252,6 @@ class Stats:
         return [[[changes.get(name, (0, 0, 0))[term] for name in cls.ARRAYS] for term in range(3)]
                 for changes in cls.KINDS.values()]
 
-    def fold_if_long(self) -> None:
-        if len(self.log) >= self.FOLD_AT:
-            self._fold()
-
     @property
     def values(self) -> dict:
         """name -> pool -> ``_Stat``, with every logged change applied."""
@@ -303,6 +312,10 @@ class CachingAllocator:
     ``runtime.stream_completed(stream, mark)`` answers whether the host knows that stream's work
     up to ``mark`` finished; pending blocks (freed with recorded streams) become reusable only
     then, as the real allocator reuses them only once the events it recorded have completed.
+
+    Every op mallocs and frees: those two are written out rather than split into helpers, merge
+    through the chunks' neighbour links, and log their statistics changes in one ``extend`` each (in
+    the order they happen: the peaks depend on it).
     """
 
     def __init__(self, device: int, capacity: int, runtime):
@@ -317,10 +330,12 @@ class CachingAllocator:
         self.next_address = BASE_ADDRESS + next(_regions) * REGION
         self.reserved = 0
         self.stats = Stats()
-        self._stat = self.stats.log.extend     # logs one change of the statistics: (code, x, y)
+        self._log = self.stats.log
+        self._stat = self._log.extend  # logs changes of the statistics: (code, x, y) each
         self.fraction = 1.0
         self._busy = 0                 # > 0 while the pools are being changed
         self._deferred: list = []      # Blocks that died meanwhile (a finalizer run by the GC)
+        self._activated = False        # runtime.devices[device].initialized set by a malloc
 
     @property
     def limit(self) -> int:
@@ -340,33 +355,63 @@ class CachingAllocator:
                     self.free(self._deferred.pop())
 
     def malloc(self, nbytes: int, stream: int, pool=None) -> Block:
-        with self.runtime.lock:             # as _locked, without its extra call (every op mallocs)
+        """Best fit from the (stream, small, pool) free list, else a new segment; the rest of the chunk
+        is split off when it is big enough.  Serialised as ``_locked``, written out (every op mallocs)."""
+        lock = self.runtime.lock
+        lock.acquire()      # not ``with``: acquire and release cost half as much
+        try:
             self._busy += 1
             try:
-                return self._malloc(nbytes, stream, pool)
+                if nbytes >= HUGE:
+                    raise self._oom(None)
+                size = (nbytes + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK     # round_size, inlined
+                if size < MIN_BLOCK:
+                    size = MIN_BLOCK
+                small = size <= SMALL_SIZE
+                if self.pending:
+                    self._process_pending()
+                chunk = None
+                free = self.free_chunks.get((stream, small, pool))
+                if free:
+                    i = bisect_left(free, (size,))
+                    if i < len(free):
+                        chunk = free.pop(i)[2]
+                if chunk is None:
+                    chunk = self._new_segment(size, stream, small, pool)
+                # split: the statistics count the inactive (free) pieces of segments cut in several
+                was_split = chunk.prev is not None or chunk.next is not None
+                rest = chunk.size - size
+                if rest >= (MIN_BLOCK if small else SMALL_SIZE + 1):
+                    seg = chunk.segment
+                    after = chunk.next
+                    chunk.next = tail = Chunk(seg, chunk.lo + size, rest, chunk, after)
+                    if after is not None:
+                        after.prev = tail
+                    chunk.size = size
+                    insort(seg.free, (rest, tail.lo, tail))
+                    if was_split:       # an inactive split shrinks by the bytes taken
+                        self._stat((_SPLIT_SHRUNK + small, size, 0, _MALLOCED + small, size, nbytes))
+                    else:               # a new inactive split (the tail) appears
+                        self._stat((_SPLIT_ADDED + small, rest, 0, _MALLOCED + small, size, nbytes))
+                elif was_split:         # a whole inactive split becomes active
+                    self._stat((_SPLIT_REMOVED + small, chunk.size, 0, _MALLOCED + small, chunk.size, nbytes))
+                else:
+                    self._stat((_MALLOCED + small, chunk.size, nbytes))
+                block = Block(self.runtime.new_block_id(), self.device, stream, chunk, nbytes, self)
+                chunk._owner = ref(block)
+                chunk.allocated = True
+                chunk.requested = nbytes
+                if not self._activated:     # using a device activates it
+                    self.runtime.devices[self.device].initialized = self._activated = True
+                if len(self._log) >= Stats.FOLD_AT:      # applied now and then anyway, to bound it
+                    self.stats._fold()
+                return block
             finally:
                 self._busy -= 1
                 while self._deferred and not self._busy:
                     self.free(self._deferred.pop())
-
-    def _malloc(self, nbytes: int, stream: int, pool) -> Block:
-        if nbytes >= HUGE:
-            raise self._oom(None)
-        size = round_size(nbytes)
-        small = size <= SMALL_SIZE
-        if self.pending:
-            self._process_pending()
-        chunk = self._take_cached(size, stream, small, pool)
-        if chunk is None:
-            chunk = self._new_segment(size, stream, small, pool)
-        chunk = self._split(chunk, size)
-        block = Block(self.runtime.new_block_id(), self.device, stream, chunk, nbytes, self)
-        chunk.owner = block
-        chunk.requested = nbytes
-        self.runtime.devices[self.device].initialized = True   # using a device activates it
-        self._stat((_MALLOCED + small, chunk.size, nbytes))
-        self.stats.fold_if_long()
-        return block
+        finally:
+            lock.release()
 
     def fits(self, nbytes: int, stream: int, pool=None) -> bool:
         """Whether ``malloc(nbytes)`` can succeed (asked before a big CPU payload is made)."""
@@ -375,20 +420,10 @@ class CachingAllocator:
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         free = self.free_chunks.get((stream, small, pool))
-        if free and bisect.bisect_left(free, (size, -1)) < len(free):
+        if free and bisect_left(free, (size,)) < len(free):
             return True
         releasable = sum(seg.size for seg in self.segments if self._releasable(seg, pending_ok=True))
         return self.reserved - releasable + segment_size(size, small) <= self.limit
-
-    def _take_cached(self, size, stream, small, pool) -> Optional[Chunk]:
-        free = self.free_chunks.get((stream, small, pool))
-        if not free:
-            return None
-        i = bisect.bisect_left(free, (size, -1))
-        if i == len(free):
-            return None
-        _, _, chunk = free.pop(i)
-        return chunk
 
     def _new_segment(self, size, stream, small, pool) -> Chunk:
         seg_size = segment_size(size, small)
@@ -397,43 +432,15 @@ class CachingAllocator:
             self._empty_cache()
             if self.reserved + seg_size > self.limit:
                 raise self._oom(seg_size)
-        seg = Segment(self.next_address, seg_size, stream, small, pool)
+        seg = Segment(self.next_address, seg_size, stream, small, pool,
+                      self.free_chunks.setdefault((stream, small, pool), []))
         self.next_address += seg_size
         self.reserved += seg_size
         self.stats.counters["num_device_alloc"] += 1
         self._stat((_SEGMENT_ADDED + small, seg_size, 0))
-        chunk = Chunk(seg, seg.lo, seg_size)
-        seg.blocks.append(chunk)
+        seg.first = chunk = Chunk(seg, seg.lo, seg_size)
         self.segments.append(seg)
         return chunk
-
-    def _split(self, chunk: Chunk, size: int) -> Chunk:
-        """Carve ``size`` bytes off a free chunk, keeping the inactive-split statistics."""
-        small = chunk.segment.small
-        was_split = chunk.split
-        rest = chunk.size - size
-        if rest >= (MIN_BLOCK if small else SMALL_SIZE + 1):
-            tail = Chunk(chunk.segment, chunk.lo + size, rest)
-            chunk.size = size
-            blocks = chunk.segment.blocks
-            blocks.insert(blocks.index(chunk) + 1, tail)
-            self._cache(tail)
-            if was_split:       # an inactive split shrinks by the bytes taken
-                self._stat((_SPLIT_SHRUNK + small, size, 0))
-            else:               # a new inactive split (the tail) appears
-                self._stat((_SPLIT_ADDED + small, rest, 0))
-        elif was_split:         # a whole inactive split becomes active
-            self._stat((_SPLIT_REMOVED + small, chunk.size, 0))
-        return chunk
-
-    def _cache(self, chunk: Chunk) -> None:
-        seg = chunk.segment
-        bisect.insort(self.free_chunks.setdefault((seg.stream, seg.small, seg.pool), []),
-                      (chunk.size, chunk.lo, chunk))
-
-    def _uncache(self, chunk: Chunk) -> None:
-        seg = chunk.segment
-        self.free_chunks[(seg.stream, seg.small, seg.pool)].remove((chunk.size, chunk.lo, chunk))
 
     def _oom(self, seg_size: Optional[int]):
         import torch
@@ -457,52 +464,73 @@ class CachingAllocator:
     # ----------------------------------------------------------------------- free
     def free(self, block: Block, frame=None) -> None:
         """Free ``block``; ``frame``: the frame that dropped its last reference (where the user's line
-        is looked for first)."""
+        is looked for first; by default our caller's).  Serialised as ``_locked``, written out."""
         if block.freed:
             return
-        with self.runtime.lock:
+        lock = self.runtime.lock
+        lock.acquire()      # as in malloc
+        try:
             if self._busy:
                 self._deferred.append(block)
                 return
-            self._locked(self._free, block, frame)
+            if block.freed:     # freed by another thread meanwhile
+                return
+            if frame is None:
+                frame = sys._getframe(1)
+            self._busy += 1
+            try:
+                block.freed = True
+                chunk = block.chunk
+                chunk._owner = None
+                chunk.allocated = False
+                freed = (_FREED + chunk.segment.small, chunk.size, 0)
+                uses = block.stream_uses and block.stream_uses - {block.stream}
+                if uses:    # the real allocator records an event on each and waits for them before reuse
+                    chunk.pending = True
+                    self._stat(freed)
+                    self.pending.append((chunk, {s: self.runtime.stream_mark(s) for s in uses}))
+                else:
+                    self._release(chunk, freed)
+                self.runtime.on_free(block, frame)
+            finally:
+                self._busy -= 1
+                while self._deferred and not self._busy:
+                    self.free(self._deferred.pop())
+        finally:
+            lock.release()
 
-    def _free(self, block: Block, frame=None) -> None:
-        if block.freed:
-            return
-        block.freed = True
-        chunk = block.chunk
-        chunk.owner = None
-        small = chunk.segment.small
-        self._stat((_FREED + small, chunk.size, 0))
-        self.runtime.on_free(block, frame)
-        uses = block.stream_uses and block.stream_uses - {block.stream}
-        if uses:    # the real allocator records an event on each and waits for them before reuse
-            chunk.pending = True
-            self.pending.append((chunk, {s: self.runtime.stream_mark(s) for s in uses}))
-        else:
-            self._release(chunk)
-
-    def _release(self, chunk: Chunk) -> None:
-        """Return a chunk to its pool (inactive now), merging it with free neighbours."""
+    def _release(self, chunk: Chunk, changes: tuple = ()) -> None:
+        """Return a chunk to its pool (inactive now), merging it with free neighbours; ``changes``: the
+        statistics changes that precede these (logged with them)."""
         chunk.pending = False
-        small = chunk.segment.small
-        self._stat((_RELEASED + small, chunk.size, chunk.requested))
+        seg = chunk.segment
+        small = seg.small
+        changes += (_RELEASED + small, chunk.size, chunk.requested)
         chunk.requested = 0
-        blocks = chunk.segment.blocks
-        if len(blocks) > 1:
-            i = blocks.index(chunk)
-            for j in (i + 1, i - 1):     # the next one first: ``i`` stays this chunk's index
-                if 0 <= j < len(blocks):
-                    other = blocks[j]
-                    if not other.allocated and not other.pending:
-                        self._uncache(other)
-                        self._stat((_SPLIT_REMOVED + small, other.size, 0))
-                        chunk.lo = min(chunk.lo, other.lo)
-                        chunk.size += other.size
-                        del blocks[j]
-            if len(blocks) > 1:
-                self._stat((_SPLIT_ADDED + small, chunk.size, 0))
-        self._cache(chunk)
+        after, before = chunk.next, chunk.prev
+        if after is not None or before is not None:
+            free = seg.free     # a free neighbour is cached there: (size, lo) is unique in it
+            if after is not None and not after.allocated and not after.pending:
+                del free[bisect_left(free, (after.size, after.lo))]
+                changes += (_SPLIT_REMOVED + small, after.size, 0)
+                chunk.size += after.size
+                chunk.next = after = after.next
+                if after is not None:
+                    after.prev = chunk
+            if before is not None and not before.allocated and not before.pending:
+                del free[bisect_left(free, (before.size, before.lo))]
+                changes += (_SPLIT_REMOVED + small, before.size, 0)
+                chunk.lo = before.lo
+                chunk.size += before.size
+                chunk.prev = before = before.prev
+                if before is None:
+                    seg.first = chunk
+                else:
+                    before.next = chunk
+            if after is not None or before is not None:
+                changes += (_SPLIT_ADDED + small, chunk.size, 0)
+        self._stat(changes)
+        insort(seg.free, (chunk.size, chunk.lo, chunk))
 
     def _process_pending(self, synchronize: bool = False) -> None:
         """Release the pending chunks whose recorded streams completed; ``synchronize`` waits for
@@ -535,7 +563,7 @@ class CachingAllocator:
             # a graph pool keeps its segments for the graphs captured into it (CUDA: until they die)
             if seg.pool is None and self._releasable(seg):
                 for c in seg.blocks:
-                    self._uncache(c)
+                    del seg.free[bisect_left(seg.free, (c.size, c.lo))]
                 self.reserved -= seg.size
                 self.stats.counters["num_device_free"] += 1
                 self._stat((_SEGMENT_REMOVED + seg.small, seg.size, 0))
