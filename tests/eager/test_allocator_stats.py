@@ -30,12 +30,13 @@ changes = st.lists(st.tuples(st.sampled_from(KINDS), st.booleans(), st.integers(
                              st.integers(0, 1 << 40), st.booleans()), max_size=60)
 
 
-@pytest.mark.parametrize("by_hand", [0, 1000], ids=["vectorised", "by-hand"])
+@pytest.mark.parametrize("by_hand, per_pass", [(0, 4096), (0, 5), (1000, 4096)],
+                         ids=["vectorised", "vectorised-in-passes", "by-hand"])
 @settings(max_examples=40, deadline=None)
 @given(script=changes)
-def test_logged_changes_read_as_counters_updated_one_at_a_time(by_hand, script):
+def test_logged_changes_read_as_counters_updated_one_at_a_time(by_hand, per_pass, script):
     stats, counters = Stats(), {}
-    stats.ROWS_BY_HAND = by_hand
+    stats.ROWS_BY_HAND, stats.ROWS_PER_PASS = by_hand, per_pass
     for kind, small, x, y, read_now in script:
         stats.log.extend((Stats.code(kind, small), x, y))
         oracle_apply(counters, kind, small, x, y)

@@ -449,6 +449,9 @@ class _Operands:
         return v
 
 
+_PLAIN = frozenset((int, float, bool, type(None), str, torch.dtype, torch.memory_format, torch.layout))
+
+
 def _same_device(inputs) -> int:
     index = inputs[0]._dev
     for t in inputs:
@@ -495,11 +498,25 @@ def _run(func, plan, args, kwargs, now=False):
     turn comes (``now``: the host needs the values at once, so it first waits for the stream)."""
     ops = _Operands()
     reads_data, check, writes_at = plan.reads_data, plan.host_check, plan.writes_at
-    n = len(writes_at)
-    uargs = tuple([ops.take(v, i < n and writes_at[i], reads_data, check) for i, v in enumerate(args)])
+    inputs, reads, writes = ops.inputs, ops.reads, ops.writes
+    uargs = []
+    for v, write in zip(args, writes_at):     # the schema has every positional argument
+        if type(v) is NpuTensor:              # ``take``'s common case, inline
+            inputs.append(v)
+            if write:
+                writes.append(v)
+            elif reads_data:
+                reads.append(v)
+            p = v._payload
+            if type(p) is not _Tensor and _is_fake(p):
+                ops.fake = True
+            uargs.append(p)
+        elif type(v) in _PLAIN:
+            uargs.append(v)
+        else:
+            uargs.append(ops.take(v, write, reads_data, check))
     ukwargs = {name: ops.take(v, plan.writes_kw.get(name), reads_data, check) for name, v in kwargs.items()} \
         if kwargs else kwargs
-    inputs, reads, writes = ops.inputs, ops.reads, ops.writes
     if ops.fake:
         return _wrap_outputs(func(*uargs, **ukwargs), inputs[0]._dev, None)
     rt = current()
