@@ -184,3 +184,49 @@ def test_spmd_report_summarises_queued_streams_and_gives_one_fix_per_call_site()
     fix = hazard.message.split("fix: ")[1]
     assert fix.count("limit nonzero on") == 1 and "(model.py:50) to 8 vector cores" in fix
     assert ", and the same on npu:" in fix
+
+
+def ranks_in_opposite_orders(first: int, interleave) -> Build:
+    """Seed 000 as ``run_ranks`` records it: card 0 issues reduce-scatter then dispatch, card 1
+    the other way round.  ``first``: the card whose streams exist first (their ids come from a
+    process-wide counter); ``interleave``: the cards, in the order their threads issue the
+    next call (each call keeps its source line, whatever its position in the trace)."""
+    b = Build(devices=2)
+    streams = {}
+    for device in (first, 1 - first):
+        streams.update({(device, name): b.stream(name, device) for name in ("tp", "ep", "mask")})
+
+    def calls(d):
+        tp = lambda: b.collective(streams[d, "tp"], "reduce_scatter", "tp", 0, vector=16, line=51)
+        ep = lambda: b.collective(streams[d, "ep"], "dispatch", "ep", 0, vector=24, kind="MC2", line=55)
+        nz = lambda: b.kernel(streams[d, "mask"], op="nonzero", vector=48, resident=True, line=63)
+        return [tp, ep, nz] if d == 0 else [ep, tp, nz]
+
+    pending = {0: calls(0), 1: calls(1)}
+    for device in interleave:
+        pending[device].pop(0)()
+    return b
+
+
+def test_multi_rank_report_is_the_same_whatever_the_thread_interleaving():
+    """The same program must give the same report text on every run: not the order of the
+    stream ids, nor of the ranks' records in the trace."""
+    reports = []
+    for first, interleave in ((0, (0, 0, 0, 1, 1, 1)), (1, (1, 1, 1, 0, 0, 0)), (1, (1, 0, 0, 1, 0, 1))):
+        (hazard,) = deadlocks(ranks_in_opposite_orders(first, interleave).trace)
+        reports.append((hazard.message, hazard.where, hazard.streams, hazard.ops, hazard.key))
+    assert reports[1] == reports[0] and reports[2] == reports[0]
+    message = reports[0][0]
+    assert message.split("cycle: ")[1].startswith("reduce_scatter[tp#0]@npu:0/tp -> "), message
+    lines = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert [line.split(" (")[0] for line in lines] == [
+        "  - reduce_scatter on npu:0/tp", "  - dispatch on npu:0/ep", "  - nonzero on npu:0/mask",
+        "  - dispatch on npu:1/ep", "  - reduce_scatter on npu:1/tp", "  - nonzero on npu:1/mask"]
+
+
+def test_mismatched_collective_names_the_ranks_in_device_order():
+    b = rank_programs([[("all_reduce", "g")], [("all_gather", "g")]])
+    members = [r for r in b.trace.records if getattr(r, "collective", None) == ("g", 1)]
+    forward, backward = (deadlock.collective_mismatch(b.trace, m) for m in (members, members[::-1]))
+    assert (backward.message, backward.where, backward.streams) == (forward.message, forward.where, forward.streams)
+    assert forward.streams == ["npu:0/s0", "npu:1/s0"]

@@ -51,6 +51,24 @@ def test_two_external_events_recorded_after_each_others_wait_deadlock():
     assert kinds(b.trace) and all(kind == "deadlock" for kind, _ in kinds(b.trace))
 
 
+def test_two_ranks_external_events_deadlock_reads_the_same_whatever_the_issue_order():
+    """Two ranks' threads: stream ids and the interleaving of their records change per run, the
+    report must not (its cycle starts on npu:0, its streams are in device order)."""
+    reports = set()
+    for first, order in ((0, (0, 1, 2, 3)), (1, (1, 0, 3, 2)), (1, (0, 1, 3, 2))):
+        b = Build(devices=2)
+        streams = {device: b.stream("x", device) for device in (first, 1 - first)}
+        events = [b.event(name, external=True) for name in ("e0", "e1")]
+        calls = [lambda: b.wait(events[0], streams[0], line=10), lambda: b.wait(events[1], streams[1], line=10),
+                 lambda: b.record(events[1], streams[0], line=11), lambda: b.record(events[0], streams[1], line=11)]
+        for i in order:
+            calls[i]()
+        (hazard,) = [h for h in analyze(b.trace) if h.kind == "deadlock"]
+        reports.add((hazard.message, tuple(hazard.where), tuple(hazard.streams)))
+    (report,) = reports
+    assert "never end, each waiting for the next: npu:0/x waits" in report[0] and report[2] == ("npu:0/x", "npu:1/x")
+
+
 def test_two_external_events_in_the_right_order_are_fine():
     b = Build("a", "b")
     b.event("e1", external=True)

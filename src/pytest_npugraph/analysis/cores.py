@@ -68,8 +68,9 @@ def _valid(value: int, size: int) -> bool:
 
 def out_of_range(graph: TaskGraph) -> list:
     """Limits set outside ``[1, max]``: by the markers of the setting calls, then by the
-    limits kernels ran under that no marker explains."""
-    trace, hazards, seen = graph.trace, [], set()
+    limits kernels ran under that no marker explains; device by device (ranks' threads
+    interleave their records differently on every run)."""
+    trace, by_device, seen = graph.trace, defaultdict(list), set()
     for rec in trace.records:
         if isinstance(rec, StreamLimit):
             info, target = trace.streams.get(rec.stream), taskgraph.stream_name(trace, rec.stream)
@@ -85,10 +86,11 @@ def out_of_range(graph: TaskGraph) -> list:
             value = values[k]
             if value != -1 and not _valid(value, pool[k]):
                 seen.add((device, k, value))
-                hazards.append(_range_hazard(call.format(f"{ARGS[k]}={value}"), k, value,
-                                             pool, device, rec, streams))
+                by_device[device].append(_range_hazard(call.format(f"{ARGS[k]}={value}"), k, value,
+                                                       pool, device, rec, streams))
+    hazards = [h for device in sorted(by_device) for h in by_device[device]]
     reported = set()
-    for t in graph.tasks:
+    for t in (graph.tasks[tid] for tids in graph.lanes for tid in tids):
         rec = t.kernel
         if rec is None:
             continue
@@ -244,7 +246,7 @@ def ineffective(graph: TaskGraph) -> list:
         if rec is not None and not rec.cores.limit_applies and any(_limits(graph, t, restricting=True)):
             groups[rec.op, str(rec.site), t.lane].append(t)
     hazards = []
-    for group in groups.values():
+    for _, group in sorted(groups.items(), key=lambda item: (item[0][2], item[1][0].pos)):   # by lane
         t = group[0]
         overlaps = [u for ln, lo, hi in graph.overlapping(t)
                     for u in (graph.tasks[tid] for tid in graph.lanes[ln][lo:hi])

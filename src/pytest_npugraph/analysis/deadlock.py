@@ -70,7 +70,7 @@ from typing import Optional
 
 from ..hazard import Hazard
 from ..trace import Trace
-from . import taskgraph
+from . import describe, taskgraph
 from .taskgraph import CUBE, TYPE_NAMES, TYPES, VECTOR, RangeMax, Task, TaskGraph, stream_name
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def explore(trace: Trace, budget: int = DEFAULT_BUDGET) -> Exploration:
 def collective_mismatch(trace: Trace, kernels) -> Optional[Hazard]:
     """A hazard if the kernels matched as one collective (same ``(group, seq)``) are not all
     the same op: the ranks issue the group's collectives in different orders."""
-    kernels = list(kernels)
+    kernels = sorted(kernels, key=lambda k: (describe.stream_key(trace, k.stream), k.seq))
     if len({k.op for k in kernels}) < 2:
         return None
     group, seq = kernels[0].collective
@@ -528,15 +528,24 @@ class _Explanation:
         key = f"[{t.collective[0]}#{t.collective[1]}]" if t.collective else ""
         return f"{t.rec.op if t.kernel else type(t.rec).__name__}{key}@{self.g.stream_label(t.lane)}"
 
+    def order(self, node) -> tuple:
+        """Sort key of a node: device, lane, position (a missing peer first on its device)."""
+        if isinstance(node, tuple):
+            return (node[2], -1, 0)
+        t = self.g.tasks[node]
+        return (self.g.device(t), t.lane, t.pos)
+
     def cycle(self) -> list:
-        """The circular wait to show: through the most hold-and-wait ops, then the shortest."""
+        """The circular wait to show: through the most hold-and-wait ops, then the shortest,
+        then the first by ``order``; started at its first node, so runs read the same."""
         import networkx as nx
 
         def rank(cycle):
-            return (sum(isinstance(n, int) and _hold_and_wait(self.g.tasks[n]) for n in cycle), -len(cycle))
+            return (-sum(isinstance(n, int) and _hold_and_wait(self.g.tasks[n]) for n in cycle), len(cycle),
+                    [self.order(n) for n in cycle])
 
-        cycles = list(islice(nx.simple_cycles(self.wfg), 500))
-        return max(cycles, key=rank) if cycles else []
+        cycles = [describe.rotated(c, self.order) for c in islice(nx.simple_cycles(self.wfg), 500)]
+        return min(cycles, key=rank) if cycles else []
 
     def fix(self) -> str:
         """On each device where a hold-and-wait op (resident, not a collective: NonZero-like)

@@ -13,6 +13,22 @@ def stream(trace, sid) -> str:
     return info.label if info is not None else f"stream#{sid}"
 
 
+def stream_key(trace, sid) -> tuple:
+    """(device, label): orders streams in reports by what users see, not by ids (a
+    process-wide counter, so they depend on the ranks' thread timing)."""
+    info = trace.streams.get(sid)
+    return (info.device, info.label) if info is not None else (-1, stream(trace, sid))
+
+
+def rotated(cycle: list, key) -> list:
+    """``cycle`` started at its smallest node by ``key``: the same cycle reads the same
+    whichever node the search met first."""
+    if not cycle:
+        return cycle
+    start = min(range(len(cycle)), key=lambda i: key(cycle[i]))
+    return cycle[start:] + cycle[:start]
+
+
 def site(rec) -> str:
     return str(getattr(rec, "site", UNKNOWN_SITE))
 

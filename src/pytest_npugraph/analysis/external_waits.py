@@ -181,10 +181,17 @@ def _step(trace, rec) -> str:
     return f"the host issues the next call after line {where}"
 
 
+def _place(trace, pos: int) -> tuple:
+    """Sort key of a record position: its stream (or the host of its device), then issue order."""
+    rec = trace.records[pos]
+    sid = getattr(rec, "stream", None)
+    return (*describe.stream_key(trace, sid), pos) if sid is not None else (getattr(rec, "device", -1), "", pos)
+
+
 def _deadlock(trace, cycle: list) -> Hazard:
-    records = [trace.records[p] for p in cycle]
+    records = [trace.records[p] for p in describe.rotated(cycle, lambda p: _place(trace, p))]
     steps = [r for r in records if type(r) in (EventWait, EventRecord, HostSync)]
-    streams = sorted({r.stream for r in steps if type(r) is not HostSync})
+    streams = sorted({r.stream for r in steps if type(r) is not HostSync}, key=lambda s: describe.stream_key(trace, s))
     return Hazard(
         "deadlock",
         "deadlock: ExternalEvent waits that can never end, each waiting for the next: "

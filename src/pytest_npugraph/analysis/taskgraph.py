@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from ..trace import DeviceCores, EventRecord, EventWait, GroupCreated, HostSync, Kernel, Trace
@@ -92,7 +92,7 @@ class TaskGraph:
 
     trace: Trace
     tasks: list = field(default_factory=list)          # tid -> Task
-    lanes: list = field(default_factory=list)          # lane -> [tid in stream order]
+    lanes: list = field(default_factory=list)          # lane -> [tid in stream order], device by device
     sids: list = field(default_factory=list)           # lane -> sid
     lane_device: list = field(default_factory=list)    # lane -> device
     pools: dict = field(default_factory=dict)          # device -> (cube, vector)
@@ -297,7 +297,25 @@ def build(trace: Trace) -> TaskGraph:
     for (group, _), tids in g.collectives.items():
         seen[group].update(g.lane_device[g.tasks[t].lane] for t in tids)
     g.members = {group: declared.get(group, frozenset(devs)) for group, devs in seen.items()}
+    _lanes_by_device(g)
     return g
+
+
+def _lanes_by_device(g: TaskGraph) -> None:
+    """Renumber the lanes device by device, in first-use order within a device.
+
+    Why: ``run_ranks`` drives each device from its own thread, so the issue order across
+    devices changes from run to run; lanes numbered by first use would make every analysis
+    that walks lanes (the deadlock search and its report, the core checks) differ per run.
+    One device's order is its thread's own, hence stable."""
+    order = sorted(range(len(g.lanes)), key=g.lane_device.__getitem__)
+    if order == list(range(len(g.lanes))):
+        return
+    new = {old: i for i, old in enumerate(order)}
+    g.lanes = [g.lanes[old] for old in order]
+    g.sids = [g.sids[old] for old in order]
+    g.lane_device = [g.lane_device[old] for old in order]
+    g.tasks = [replace(t, lane=new[t.lane]) for t in g.tasks]
 
 
 class RangeMax:
