@@ -128,3 +128,17 @@ def test_exec_d_sources_sharing_a_file_name_keep_their_own_lines(npugraph):
     exec(compile("x.add_(1)", "<string>", "exec"), space)
     exec(compile("\n\nx.add_(2)", "<string>", "exec"), space)
     assert [k.site.line for k in kernels(npugraph) if k.op == "aten::add_.Tensor"] == [1, 3]
+
+
+# ---------------------------------------------------------- storage table
+def test_the_storage_table_forgets_dead_blocks_and_keeps_live_ones(npugraph):
+    """Payload storages map to their blocks through weak references without callbacks; dead entries
+    are swept as the table grows, live ones stay (a lost entry would give one storage two blocks)."""
+    keep = [torch.randn(4).npu() for _ in range(100)]
+    for _ in range(3 * npu_tensor._SWEEP_MIN):
+        torch.randn(3).npu()          # each dies at once: a dead entry (unless the CPU reuses the address)
+    assert len(npu_tensor._storage_blocks) < 2 * npu_tensor._sweep_at
+    assert npu_tensor._sweep_at < 4 * npu_tensor._SWEEP_MIN
+    for t in keep:
+        assert npu_tensor.block_of_storage(t._payload.untyped_storage().data_ptr()) is t._block
+        assert t.view(2, 2)._block is t._block and (t + 0)[:2]._block is not t._block

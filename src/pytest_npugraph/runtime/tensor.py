@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from _weakref import _remove_dead_weakref
 
 import torch
 from torch.utils._mode_utils import no_dispatch
@@ -34,10 +35,20 @@ def block_of_storage(address: int):
 
 
 def _remember_block(address: int, block) -> None:
-    def forget(ref):
-        if _storage_blocks.get(address) is ref:
-            del _storage_blocks[address]
-    _storage_blocks[address] = weakref.ref(block, forget)
+    """A weak reference without a callback (one per op: a callback costs a Python call at every death);
+    dead entries are swept once the table has doubled since the last sweep, each removed only if still
+    dead (``_remove_dead_weakref`` is atomic: another thread may have put a live block there meanwhile)."""
+    global _sweep_at
+    _storage_blocks[address] = _ref(block)
+    if len(_storage_blocks) >= _sweep_at:
+        for key in list(_storage_blocks):
+            _remove_dead_weakref(_storage_blocks, key)
+        _sweep_at = max(_SWEEP_MIN, 2 * len(_storage_blocks))
+
+
+_ref = weakref.ref
+_SWEEP_MIN = 4096
+_sweep_at = _SWEEP_MIN
 
 
 _Tensor = torch.Tensor
