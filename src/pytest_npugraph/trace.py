@@ -49,7 +49,13 @@ def _record(cls):
     record.__new__ = staticmethod(scope["__new__"])
     del record.__init__                  # object's: the fields are set
     record.__reduce__ = lambda self: (type(self), tuple(getattr(self, name) for name in names))
+    record.__init_subclass__ = classmethod(_final)
     return record
+
+
+def _final(cls, **kwargs):
+    raise TypeError(f"{cls.__name__}: trace records cannot be subclassed (their instances are built on a "
+                    f"fixed slot layout); make a new record type with @trace._record instead")
 
 
 @_record
