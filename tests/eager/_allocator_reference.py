@@ -1,48 +1,21 @@
-"""The caching allocator before its fast path (commit c262f07), the oracle of test_allocator_fastpath.py:
-verbatim below this docstring but for one absolute import."""
+"""The caching allocator before its fast path (commit c262f07), the oracle of test_allocator_fastpath.py.
+
+Its allocation logic (Segment, Chunk, Block, CachingAllocator) is c262f07's verbatim but for one
+absolute import and the statistics fold; the constants, size helpers and ``Stats`` are the module under
+test's (``Stats`` has its own oracle in test_allocator_stats.py), so both allocators log into the same
+kind of statistics and the comparison is of what they log."""
 from __future__ import annotations
 
-import array
 import bisect
-import itertools
 import sys
-import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
-MIN_BLOCK = 512                  # every size is rounded up to this
-SMALL_SIZE = 1 << 20             # requests up to 1 MiB come from the small pool
-SMALL_SEGMENT = 2 << 20          # small pool segments are 2 MiB
-LARGE_SEGMENT = 20 << 20         # requests below 10 MiB get a 20 MiB segment
-ROUND_LARGE = 2 << 20            # larger requests are rounded to 2 MiB
-HUGE = 1 << 60                   # 1 EiB: "Tried to allocate more than 1EB memory."
-BASE_ADDRESS = 0x12C0_0000_0000  # where simulated address spaces start
-REGION = 1 << 40                 # each allocator (device of one test) gets its own region
-_regions = itertools.count()
-
-
-def round_size(size: int) -> int:
-    return max(MIN_BLOCK, (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK)
-
-
-def segment_size(size: int, small: bool) -> int:
-    """What the allocator asks the device for to serve a (rounded) request of ``size``."""
-    if small:
-        return SMALL_SEGMENT
-    if size < 10 * SMALL_SIZE:
-        return LARGE_SEGMENT
-    return (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
-
-
-def format_size(n: int) -> str:
-    """Sizes in messages, as the caching allocator prints them."""
-    if n <= 1024:
-        return f"{n} bytes"
-    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20)):
-        if n <= scale << 10:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n / (1 << 30):.2f} GiB"
+from pytest_npugraph.runtime.allocator import (  # noqa: F401 - shared with the allocator under test
+    BASE_ADDRESS, HUGE, MIN_BLOCK, REGION, SMALL_SIZE, Stats, _FREED, _MALLOCED, _RELEASED, _SEGMENT_ADDED,
+    _SEGMENT_REMOVED, _SPLIT_ADDED, _SPLIT_REMOVED, _SPLIT_SHRUNK, _regions, format_size, round_size,
+    segment_size)
 
 
 @dataclass(eq=False)
@@ -110,162 +83,6 @@ class Block:
         allocator = self.allocator
         if allocator is not None and not self.freed:
             allocator.free(self, sys._getframe(1))   # where the last reference went: the Free's site
-
-
-class _Stat:
-    """One statistic of ``memory_stats``: current value, its peak, and the totals added and removed."""
-
-    __slots__ = ("current", "peak", "allocated", "freed")
-
-    def __init__(self):
-        self.current = self.peak = self.allocated = self.freed = 0
-
-    def as_dict(self) -> dict:
-        return {"current": self.current, "peak": self.peak, "allocated": self.allocated, "freed": self.freed}
-
-
-class Stats:
-    """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
-
-    Why a log: a malloc or free changes five to eight counters, and peaks must be exact, on every op,
-    while few tests ever read them.  So the allocator logs each change as three ints in the
-    ``log`` array (``code``, x, y), and reading the statistics applies the log: a short one counter by
-    counter, a long one at once with torch (per-row deltas, prefix sums for the current values and
-    their peaks, clamped sums for the totals added and removed): the same numbers either way.
-    """
-
-    ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-              "active_bytes", "inactive_split_bytes", "requested_bytes")
-    POOLS = ("all", "large_pool", "small_pool")
-    COUNTERS = ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams",
-                "num_device_alloc", "num_device_free")
-    # the kinds of change: each array's delta is constant + x * (x coefficient) + y * (y coefficient)
-    KINDS = {
-        "malloced": {"allocation": (1, 0, 0), "active": (1, 0, 0), "allocated_bytes": (0, 1, 0),
-                     "active_bytes": (0, 1, 0), "requested_bytes": (0, 0, 1)},          # x: size, y: requested
-        "freed": {"allocation": (-1, 0, 0), "allocated_bytes": (0, -1, 0)},              # x: size
-        "released": {"active": (-1, 0, 0), "active_bytes": (0, -1, 0), "requested_bytes": (0, 0, -1)},
-        "segment_added": {"segment": (1, 0, 0), "reserved_bytes": (0, 1, 0)},           # x: segment size
-        "segment_removed": {"segment": (-1, 0, 0), "reserved_bytes": (0, -1, 0)},
-        "split_added": {"inactive_split": (1, 0, 0), "inactive_split_bytes": (0, 1, 0)},  # x: its bytes
-        "split_removed": {"inactive_split": (-1, 0, 0), "inactive_split_bytes": (0, -1, 0)},
-        "split_shrunk": {"inactive_split_bytes": (0, -1, 0)},
-    }
-    CODES = {kind: i for i, kind in enumerate(KINDS)}
-    FOLD_AT = 3 << 20           # ints in the log (24 MiB) before it is applied anyway
-    ROWS_BY_HAND = 256          # a log up to this many changes is applied in Python, a longer one with torch
-
-    def __init__(self):
-        self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
-        self.log = array.array("q")      # (code, x, y) per change: the allocator extends it
-        self._folding = threading.Lock()
-        self.counters = dict.fromkeys(self.COUNTERS, 0)
-        self.oversize_allocations = _Stat()
-        self.oversize_segments = _Stat()
-        self.max_split_size = -1    # no max_split_size_mb configured
-
-    @classmethod
-    def code(cls, kind: str, small: bool = False) -> int:
-        """The first int of a log entry: ``kind`` (``KINDS``) of change to the small or large pool."""
-        return cls.CODES[kind] * 2 + small
-
-    def _fold(self) -> None:
-        """Apply the log.  The allocator may append to it meanwhile from another thread (``run_ranks``):
-        the entries applied are taken as a copy and cut off the front, never the live array exported."""
-        with self._folding:
-            n = len(self.log)
-            log = self.log[:n]
-            del self.log[:n]
-            if n <= 3 * self.ROWS_BY_HAND:
-                self._apply_by_hand([log[i:i + 3] for i in range(0, n, 3)])
-            else:
-                self._apply_vectorised(log)
-
-    def _apply_by_hand(self, rows) -> None:
-        """A short log (a test reading the statistics often): counter by counter."""
-        kinds = list(self.KINDS.values())
-        for code, x, y in rows:
-            small = code % 2
-            for name, (const, cx, cy) in kinds[code // 2].items():
-                amount = const + cx * x + cy * y
-                pools = self._values[name]
-                for v in (pools["all"], pools["small_pool" if small else "large_pool"]):
-                    v.current += amount
-                    if amount > 0:
-                        v.allocated += amount
-                        v.peak = max(v.peak, v.current)
-                    else:
-                        v.freed -= amount
-
-    def _apply_vectorised(self, log) -> None:
-        import torch
-
-        rows = torch.frombuffer(log, dtype=torch.int64).view(-1, 3)
-        kind, small = rows[:, 0] // 2, rows[:, 0] % 2
-        c = torch.tensor(_COEFFICIENTS)[kind]              # (rows, 3, arrays)
-        deltas = c[:, 0] + rows[:, 1:2] * c[:, 1] + rows[:, 2:3] * c[:, 2]
-        for pool, mask in (("all", None), ("small_pool", small == 1), ("large_pool", small == 0)):
-            d = deltas if mask is None else deltas * mask.unsqueeze(1)
-            stats = [self._values[name][pool] for name in self.ARRAYS]
-            current = torch.tensor([v.current for v in stats]) + d.cumsum(0)
-            peaks = current.max(0).values.tolist()
-            added = d.clamp(min=0).sum(0).tolist()
-            removed = (-d).clamp(min=0).sum(0).tolist()
-            for v, now, peak, plus, minus in zip(stats, current[-1].tolist(), peaks, added, removed):
-                v.current = now
-                v.peak = max(v.peak, peak)
-                v.allocated += plus
-                v.freed += minus
-
-    @classmethod
-    def coefficients(cls) -> list:
-        """``[kind][term][array]``: constant, x and y coefficient of each array's delta (``KINDS``)."""
-        return [[[changes.get(name, (0, 0, 0))[term] for name in cls.ARRAYS] for term in range(3)]
-                for changes in cls.KINDS.values()]
-
-    def fold_if_long(self) -> None:
-        if len(self.log) >= self.FOLD_AT:
-            self._fold()
-
-    @property
-    def values(self) -> dict:
-        """name -> pool -> ``_Stat``, with every logged change applied."""
-        if self.log:
-            self._fold()
-        return self._values
-
-    def current(self, name: str) -> int:
-        return self.values[name]["all"].current
-
-    def _all_stats(self):
-        for arrays in self.values.values():
-            yield from arrays.values()
-        yield self.oversize_allocations
-        yield self.oversize_segments
-
-    def reset_peaks(self) -> None:
-        for v in self._all_stats():
-            v.peak = v.current
-
-    def reset_accumulated(self) -> None:
-        for v in self._all_stats():
-            v.allocated = v.freed = 0
-        for name in ("num_alloc_retries", "num_ooms", "num_oom_rejections", "num_sync_all_streams"):
-            self.counters[name] = 0
-
-    def as_nested_dict(self) -> dict:
-        nested = {name: {pool: v.as_dict() for pool, v in arrays.items()} for name, arrays in self.values.items()}
-        nested.update(self.counters)
-        nested["max_split_size"] = self.max_split_size
-        nested["oversize_allocations"] = self.oversize_allocations.as_dict()
-        nested["oversize_segments"] = self.oversize_segments.as_dict()
-        return nested
-
-
-_COEFFICIENTS = Stats.coefficients()
-# the log codes of the allocator's changes (plus 1 for the small pool)
-(_MALLOCED, _FREED, _RELEASED, _SEGMENT_ADDED, _SEGMENT_REMOVED, _SPLIT_ADDED, _SPLIT_REMOVED,
- _SPLIT_SHRUNK) = (Stats.code(kind) for kind in Stats.KINDS)
 
 
 class CachingAllocator:
@@ -336,7 +153,8 @@ class CachingAllocator:
         chunk.requested = nbytes
         self.runtime.devices[self.device].initialized = True   # using a device activates it
         self._stat((_MALLOCED + small, chunk.size, nbytes))
-        self.stats.fold_if_long()
+        if len(self.stats.log) >= Stats.FOLD_AT:
+            self.stats._fold()
         return block
 
     def fits(self, nbytes: int, stream: int, pool=None) -> bool:
