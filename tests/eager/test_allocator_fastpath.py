@@ -13,7 +13,7 @@ from unittest import mock
 
 import torch
 import torch_npu  # the shims by the name the plugin gives them (imported by their own, they would be a copy)
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from pytest_npugraph import trace as T
 from pytest_npugraph.runtime import allocator as fast
@@ -149,6 +149,8 @@ def run(rt, step, live: list):
 
 @settings(max_examples=300, deadline=None)
 @given(script=steps)
+# the split threshold's edge, which random sizes seldom reach: a 512-byte rest is split off, then reused
+@example(script=[("malloc", MiB, 1, None), ("malloc", MiB - 512, 1, None), ("malloc", 512, 1, None)])
 def test_same_addresses_segments_statistics_and_snapshots_as_the_reference(script):
     new_rt, old_rt = FakeRuntime(fast), FakeRuntime(reference)
     new_live, old_live = [], []
