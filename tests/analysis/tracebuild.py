@@ -78,7 +78,7 @@ class Build:
         old = self.trace.blocks[self.bids[reuses]] if reuses is not None else None
         lo = old.lo if old is not None else at
         if stream is not None:
-            sid = self.sids[stream]
+            sid = self._sid(stream)
         else:
             sid = old.stream if old is not None else next(iter(self.sids.values()))
         if lo is None:
@@ -110,7 +110,7 @@ class Build:
         return self._add(T.Free, self.bids[name], line=line)
 
     def record_stream(self, name: str, stream: str, line=None) -> int:
-        return self._add(T.RecordStream, self.bids[name], self.sids[stream], line=line)
+        return self._add(T.RecordStream, self.bids[name], self._sid(stream), line=line)
 
     # ---------------------------------------------------------------- device work
     def kernel(self, stream, reads=(), writes=(), op: str = "aten::op", line=None, *, cube: int = 0,

@@ -6,15 +6,16 @@
 where ``cache`` is a dict shared by the analyses of one ``analyze`` call, so the happens-before
 clocks (``happens_before.of(trace, cache)``) and the race engine's conflicts are computed once.
 Every analysis is imported here by name: a renamed module fails at import, never silently
-yields no hazards.  To add an analysis, import it and append one line.
+yields no hazards.  To add an analysis, import it and append one line (wrapped in
+``_device_by_device`` if it reports in trace order: ``run_ranks`` tests must read the same on every run).
 """
 from __future__ import annotations
 
 import traceback
 
 from ..hazard import KINDS
-from . import (cores, deadlock, events, external_waits, host_races, overwrite, races, record_stream, reinplace,
-               super_kernel)
+from . import (cores, deadlock, describe, events, external_waits, host_races, overwrite, races, record_stream,
+               reinplace, super_kernel)
 
 
 def _without_cache(find):
@@ -25,17 +26,28 @@ def _without_cache(find):
     return run
 
 
+def _device_by_device(find):
+    """``find``'s hazards device by device (``describe.by_device``): for the analyses that report
+    in trace order, where ``run_ranks`` interleaves the ranks' records differently on every run.
+    The task-graph analyses (cores, deadlock) order their own reports by device and lane."""
+    def run(trace, cache):
+        return describe.by_device(trace, find(trace, cache))
+
+    run.__name__, run.__qualname__ = find.__name__, find.__qualname__
+    return run
+
+
 REGISTRY: list = [
-    (("race",), races.find),
-    (("race",), host_races.find),
-    (("missing-record-stream",), record_stream.find),
-    (("event-misuse",), events.find),
-    (("event-misuse", "deadlock"), external_waits.find),
+    (("race",), _device_by_device(races.find)),
+    (("race",), _device_by_device(host_races.find)),
+    (("missing-record-stream",), _device_by_device(record_stream.find)),
+    (("event-misuse",), _device_by_device(events.find)),
+    (("event-misuse", "deadlock"), _device_by_device(external_waits.find)),
     (("core-limit", "limit-ineffective"), cores.find),
     (("deadlock",), deadlock.find),
-    (("output-overwrite",), _without_cache(overwrite.find)),
-    (("super-kernel",), _without_cache(super_kernel.find)),
-    (("reinplace-conflict",), reinplace.find),
+    (("output-overwrite",), _device_by_device(_without_cache(overwrite.find))),
+    (("super-kernel",), _device_by_device(_without_cache(super_kernel.find))),
+    (("reinplace-conflict",), _device_by_device(reinplace.find)),
 ]
 
 

@@ -29,6 +29,43 @@ def rotated(cycle: list, key) -> list:
     return cycle[start:] + cycle[:start]
 
 
+def by_device(trace, hazards: list) -> list:
+    """``hazards`` device by device (the device of each one's first record with a known device),
+    each device's in the order given; a hazard with no known device goes last.
+
+    Why: under ``run_ranks`` each device is driven by its own thread, so the trace interleaves the
+    ranks' records in thread-timing order and an analysis that reports in trace order lists the
+    same hazards in another order on every run.  One device's records are its thread's program
+    order, so each device's part of the list is already stable.  A list from one device (every
+    single-device test) comes back unchanged."""
+    if len(hazards) < 2:
+        return hazards
+    by_seq: dict = {}
+    devices = [_device(trace, h, by_seq) for h in hazards]
+    if len({d for d in devices if d is not None}) < 2:
+        return hazards
+    order = sorted(range(len(hazards)), key=lambda i: (devices[i] is None, devices[i] or 0, i))
+    return [hazards[i] for i in order]
+
+
+def _device(trace, hazard, by_seq: dict):
+    """The device of ``hazard``: of its first record (``seqs``) on a known stream, block or device,
+    else of its first stream known by label; None if none is."""
+    records = trace.records
+    for seq in hazard.seqs:
+        rec = records[seq] if 0 <= seq < len(records) and records[seq].seq == seq else None
+        if rec is None:             # ExternalEvent waits moved after their records: seqs are not positions
+            if not by_seq:
+                by_seq.update((r.seq, r) for r in records)
+            rec = by_seq.get(seq)
+        info = trace.streams.get(getattr(rec, "stream", None)) or trace.blocks.get(getattr(rec, "block", None))
+        device = info.device if info is not None else getattr(rec, "device", None)
+        if device is not None:
+            return device
+    devices = {info.label: info.device for info in trace.streams.values()}
+    return next((devices[s] for s in hazard.streams if s in devices), None)
+
+
 def site(rec) -> str:
     return str(getattr(rec, "site", UNKNOWN_SITE))
 
