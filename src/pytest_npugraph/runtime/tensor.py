@@ -517,7 +517,8 @@ def _run(func, plan, args, kwargs, now=False):
     inputs, reads, writes = ops.inputs, ops.reads, ops.writes
     uargs = []
     for v, write in zip(args, writes_at):     # the schema has every positional argument
-        if type(v) is NpuTensor:              # ``take``'s common case, inline
+        kind = type(v)
+        if kind is NpuTensor:                 # ``take``'s common case, inline
             inputs.append(v)
             if write:
                 writes.append(v)
@@ -527,8 +528,26 @@ def _run(func, plan, args, kwargs, now=False):
             if type(p) is not _Tensor and _is_fake(p):
                 ops.fake = True
             uargs.append(p)
-        elif type(v) in _PLAIN:
+        elif kind in _PLAIN:
             uargs.append(v)
+        elif kind is list or kind is tuple:   # a tensor list (``cat``, ``stack``, ``index``'s ``Tensor?[]``)
+            items = []                        # or a size: ``take``'s list case, inline
+            for x in v:
+                if type(x) is NpuTensor:
+                    inputs.append(x)
+                    if write:
+                        writes.append(x)
+                    elif reads_data:
+                        reads.append(x)
+                    p = x._payload
+                    if type(p) is not _Tensor and _is_fake(p):
+                        ops.fake = True
+                    items.append(p)
+                elif type(x) in _PLAIN:       # None in ``Tensor?[]``, ints of a size
+                    items.append(x)
+                else:                         # host tensors (``host`` check), devices, nested lists
+                    items.append(ops.take(x, write, reads_data, check))
+            uargs.append(items if kind is list else tuple(items))
         else:
             uargs.append(ops.take(v, write, reads_data, check))
     ukwargs = {name: ops.take(v, plan.writes_kw.get(name), reads_data, check) for name, v in kwargs.items()} \
@@ -1026,11 +1045,18 @@ def _set(func, plan, args, kwargs):
     return t
 
 
-def _mask_index(args) -> bool:
-    """An index list holding a boolean (or uint8) mask on the device: its count of true values, which
-    the host needs for the result's shape, is a device value (the real kernel calls ``nonzero``)."""
-    indices = args[1] if len(args) > 1 else ()
-    return any(isinstance(i, NpuTensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def _index_op(func, plan, args, kwargs):
+    """``index`` and ``index_put(_)``: an index list holding a boolean (or uint8) mask on the device makes
+    a host read (its count of true values, which the host needs for the result's shape, is a device
+    value: the real kernel calls ``nonzero``); other indices go straight to ``_run``."""
+    if len(args) > 1 and args[1]:
+        for i in args[1]:
+            if isinstance(i, NpuTensor) and i.dtype in _MASK_DTYPES:
+                return _host_read(func, plan, args, kwargs)
+    return _run(func, plan, args, kwargs)
 
 
 def _host_read_if(needs_host):
@@ -1071,10 +1097,10 @@ _SPECIAL = {
     "aten::_unique": _host_read,
     "aten::bincount": _host_read,
     "aten::allclose": _host_read,
-    "aten::index": _host_read_if(lambda args, kwargs: _mask_index(args)),
-    "aten::index_put": _host_read_if(lambda args, kwargs: _mask_index(args)),
-    "aten::index_put_": _host_read_if(lambda args, kwargs: _mask_index(args)),
-    "aten::_index_put_impl_": _host_read_if(lambda args, kwargs: _mask_index(args)),
+    "aten::index": _index_op,
+    "aten::index_put": _index_op,
+    "aten::index_put_": _index_op,
+    "aten::_index_put_impl_": _index_op,
     # repeat_interleave.Tensor(repeats, *, output_size=None): the output's length is sum(repeats)
     "aten::repeat_interleave": _host_read_if(
         lambda args, kwargs: len(args) == 1 and isinstance(args[0], NpuTensor) and kwargs.get("output_size") is None),
