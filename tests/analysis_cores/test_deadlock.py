@@ -230,3 +230,113 @@ def test_mismatched_collective_names_the_ranks_in_device_order():
     forward, backward = (deadlock.collective_mismatch(b.trace, m) for m in (members, members[::-1]))
     assert (backward.message, backward.where, backward.streams) == (forward.message, forward.where, forward.streams)
     assert forward.streams == ["npu:0/s0", "npu:1/s0"]
+
+
+def every_rank_starts_its_own_group(ranks: int, first_rank_last: bool) -> Build:
+    """Rank r issues an all_reduce on group ``g<r>`` (every rank is a member of every group)
+    first, then those of the other groups in increasing order: every rank's head waits for a
+    member queued behind every other rank's head, a wait-for graph with a cycle through every
+    set of ranks (more than 500 from 8 ranks on).  ``first_rank_last``: the streams are created
+    and the calls issued in reverse rank order, round-robin (the task ids, and so the order
+    networkx meets nodes in, change; every call keeps its source line)."""
+    b = Build(devices=ranks)
+    order = list(range(ranks))[::-1] if first_rank_last else list(range(ranks))
+    streams = {rank: b.stream("s", rank) for rank in order}
+    programs = {rank: [rank] + [g for g in range(ranks) if g != rank] for rank in range(ranks)}
+    calls = ([rank for _ in range(ranks) for rank in order] if first_rank_last
+             else [rank for rank in order for _ in range(ranks)])
+    for rank in calls:
+        line = 10 + ranks - len(programs[rank])
+        b.collective(streams[rank], "all_reduce", f"g{programs[rank].pop(0)}", 1, vector=0, resident=False,
+                     line=line)
+    return b
+
+
+def cycle_of(message: str) -> str:
+    return message.split("cycle: ")[1].split("\n")[0]
+
+
+def test_the_reported_cycle_is_the_same_whatever_the_task_ids_with_more_than_500_cycles():
+    """The cycle shown used to be the best of the first 500 that networkx enumerated, an order
+    that follows the task ids: with more cycles than that, two runs of one program could
+    name different cycles (here a 3-rank one for one order of the ids)."""
+    from itertools import islice
+
+    import networkx as nx
+
+    reports = []
+    for reverse in (False, True):
+        graph = taskgraph.build(every_rank_starts_its_own_group(8, reverse).trace)
+        stuck = deadlock.Search(graph).run().stuck
+        wfg = deadlock._Explanation(deadlock.Search(graph), *stuck).wfg
+        assert sum(1 for _ in islice(nx.simple_cycles(wfg), 501)) == 501
+        hazard = deadlock.report(graph, *stuck)
+        reports.append((hazard.message, hazard.where, hazard.streams, hazard.ops, hazard.key))
+    assert reports[1] == reports[0]
+    # the shortest circular wait through the first rank's head, the first stream first
+    assert cycle_of(reports[0][0]) == (
+        "all_reduce[g0#1]@npu:0/s -> all_reduce[g0#1]@npu:1/s -> all_reduce[g1#1]@npu:1/s"
+        " -> all_reduce[g1#1]@npu:0/s -> all_reduce[g0#1]@npu:0/s")
+
+
+def test_a_wait_for_graph_with_astronomically_many_cycles_is_explained_without_enumerating_them():
+    """64 ranks, each waiting for all 63 others: about 63! * e simple cycles.  The cycle is
+    picked by a few breadth-first searches, and is the shortest (the best of the first 500
+    enumerated was a 59-rank one)."""
+    messages = set()
+    for reverse in (False, True):
+        (hazard,) = deadlocks(every_rank_starts_its_own_group(64, reverse).trace)
+        messages.add(hazard.message)
+        assert cycle_of(hazard.message) == (
+            "all_reduce[g0#1]@npu:0/s -> all_reduce[g0#1]@npu:1/s -> all_reduce[g1#1]@npu:1/s"
+            " -> all_reduce[g1#1]@npu:0/s -> all_reduce[g0#1]@npu:0/s")
+    assert len(messages) == 1
+
+
+def test_dense_hold_and_wait_ops_give_the_cycle_through_all_of_them_in_stream_order():
+    """48 resident ops on one device each hold one of its 48 vector cores and wait for the
+    rest (a state built by hand: ``report`` explains any stuck state): each waits for every
+    other, a complete wait-for graph with about 47! * e cycles.  The cycle shown passes every
+    hold-and-wait op, stream by stream."""
+    b = Build(devices=1, vector=48)
+    for i in range(48):
+        b.kernel(b.stream(f"s{i:02}", 0), op=f"nonzero{i:02}", vector=48, resident=True, line=100 + i)
+    hazard = deadlock.report(taskgraph.build(b.trace), (0,) * 48, ((0, 1, False),) * 48)
+    assert cycle_of(hazard.message) == " -> ".join(f"nonzero{i:02}@npu:0/s{i:02}" for i in [*range(48), 0])
+
+
+def test_circular_wait_is_a_function_of_the_graph_alone():
+    """Random graphs, each built in two insertion orders: the same simple cycle, one exactly when
+    the graph has a cycle, through a preferred node when one lies on a cycle, and without one
+    the shortest cycle through the smallest node on a cycle."""
+    import random
+
+    import networkx as nx
+
+    rng = random.Random(0)
+    for _ in range(400):
+        nodes = list(range(rng.randint(1, 9)))
+        density, preferred = rng.random() * 0.5, {n for n in nodes if rng.random() < 0.3}
+        edges = [(a, b) for a in nodes for b in nodes if rng.random() < density and (a != b or rng.random() < 0.1)]
+        graphs = []
+        for _ in range(2):
+            rng.shuffle(nodes)
+            rng.shuffle(edges)
+            graph = nx.DiGraph()
+            graph.add_nodes_from(nodes)
+            graph.add_edges_from(edges)
+            graphs.append(graph)
+        picked = [deadlock.circular_wait(g, lambda n: n, preferred.__contains__) for g in graphs]
+        assert picked[0] == picked[1], edges
+        cycle, cycles = picked[0], list(nx.simple_cycles(graphs[0]))
+        assert bool(cycle) == bool(cycles)
+        if not cycle:
+            continue
+        assert len(set(cycle)) == len(cycle)
+        assert all(graphs[0].has_edge(a, b) for a, b in zip(cycle, cycle[1:] + cycle[:1]))
+        on_cycle = set().union(*cycles)
+        if on_cycle & preferred:
+            assert cycle[0] == min(on_cycle & preferred)
+        else:
+            assert cycle[0] == min(on_cycle)
+            assert len(cycle) == min(len(c) for c in cycles if cycle[0] in c)

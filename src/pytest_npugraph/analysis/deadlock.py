@@ -65,7 +65,6 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import islice
 from typing import Optional
 
 from ..hazard import Hazard
@@ -536,16 +535,12 @@ class _Explanation:
         return (self.g.device(t), t.lane, t.pos)
 
     def cycle(self) -> list:
-        """The circular wait to show: through the most hold-and-wait ops, then the shortest,
-        then the first by ``order``; started at its first node, so runs read the same."""
-        import networkx as nx
+        """The circular wait to show (``circular_wait``): through the hold-and-wait ops, the
+        cause the fix addresses; started at its first node by ``order``, so runs read the same."""
+        def hold_and_wait(node) -> bool:
+            return isinstance(node, int) and _hold_and_wait(self.g.tasks[node])
 
-        def rank(cycle):
-            return (-sum(isinstance(n, int) and _hold_and_wait(self.g.tasks[n]) for n in cycle), len(cycle),
-                    [self.order(n) for n in cycle])
-
-        cycles = [describe.rotated(c, self.order) for c in islice(nx.simple_cycles(self.wfg), 500)]
-        return min(cycles, key=rank) if cycles else []
+        return describe.rotated(circular_wait(self.wfg, self.order, hold_and_wait), self.order)
 
     def fix(self) -> str:
         """On each device where a hold-and-wait op (resident, not a collective: NonZero-like)
@@ -618,6 +613,110 @@ class _Explanation:
             streams=_unique(g.stream_label(t.lane) for t in stuck),
             ops=_unique(t.rec.op for t in kernels),
             seqs=tuple(t.rec.seq for t in stuck))
+
+
+def circular_wait(wfg, key, preferred) -> list:
+    """One simple cycle of the directed graph ``wfg`` ([] if it has none), a function of the
+    graph alone: ``key`` orders the nodes totally, ``preferred(node)`` marks those the cycle
+    should pass through (hold-and-wait ops).
+
+    Why not "the best of the cycles ``nx.simple_cycles`` yields": there may be exponentially
+    many, and any prefix of them depends on the order the nodes and edges were added in
+    (task ids, hence the ranks' thread timing), so the report changed between runs.  The
+    cycle through the most preferred nodes is NP-hard to find (it contains the longest-cycle
+    problem), so a greedy walk stands in for it:
+
+    1. the start is the smallest node by (not preferred, ``key``) that lies on a cycle (in a
+       strongly connected component with an edge);
+    2. from the walk's last node, go to the nearest preferred node not on the walk (ties:
+       the smallest by ``key``) from which the start can still be reached without touching
+       the walk; a preferred node that cannot be is dropped for good;
+    3. when none is left, return to the start.
+
+    Every leg is the shortest path, and of those the first by ``key`` node by node, within
+    the component and off the walk, so the cycle is simple.  Each preferred node costs a few
+    breadth-first searches: O(P (V + E)) for P preferred nodes, whatever the number of
+    cycles.  With no preferred node on a cycle, the result is the shortest cycle through
+    the smallest node on a cycle, the first by ``key`` of those."""
+    import networkx as nx
+
+    component: dict = {}
+    for nodes in nx.strongly_connected_components(wfg):
+        if len(nodes) > 1 or any(wfg.has_edge(n, n) for n in nodes):
+            component.update(dict.fromkeys(nodes, nodes))
+    if not component:
+        return []
+    start = min(component, key=lambda n: (not preferred(n), key(n)))
+    nodes = component[start]
+    succ = {n: sorted((m for m in wfg.successors(n) if m in nodes), key=key) for n in nodes}
+    pred = {n: sorted((m for m in wfg.predecessors(n) if m in nodes), key=key) for n in nodes}
+    free = set(nodes) - {start}                    # nodes not on the walk
+    wanted = {n for n in free if preferred(n)}
+    walk = [start]
+    while wanted:
+        leg = None
+        for target in _nearest(succ, walk[-1], wanted, free, key):
+            path = _shortest(succ, pred, walk[-1], target, free, key)
+            if _reaches(succ, target, start, free - set(path)):
+                leg = path
+                break
+            wanted.discard(target)
+        if leg is None:
+            break
+        walk += leg[1:]
+        free -= set(leg)
+        wanted -= set(leg)
+    return walk + _shortest(succ, pred, walk[-1], start, free | {start}, key)[1:-1]
+
+
+def _nearest(succ, source, wanted, allowed, key):
+    """The nodes of ``wanted`` reachable from ``source`` through ``allowed``, nearest first,
+    then by ``key`` (lazily: a breadth-first search by layers)."""
+    seen, layer = {source}, [source]
+    while layer:
+        nxt = []
+        for v in layer:
+            for w in succ[v]:
+                if w in allowed and w not in seen:
+                    seen.add(w)
+                    nxt.append(w)
+        yield from sorted((w for w in nxt if w in wanted), key=key)
+        layer = nxt
+
+
+def _shortest(succ, pred, source, target, allowed, key) -> list:
+    """The shortest path ``source`` -> ``target`` whose inner nodes are in ``allowed`` (a cycle
+    when they are the same node), the first by ``key`` node by node; ``target`` must be
+    reachable."""
+    dist, layer, firsts = {target: 0}, [target], set(succ[source])
+    while layer and firsts.isdisjoint(layer):     # backwards from target, up to source's successors
+        nxt = []
+        for v in layer:
+            for u in pred[v]:
+                if u not in dist and u in allowed:
+                    dist[u] = dist[v] + 1
+                    nxt.append(u)
+        layer = nxt
+    path, v = [source], source
+    while True:
+        v = min((w for w in succ[v] if w in dist and (w in allowed or w == target)),
+                key=lambda w: (dist[w], key(w)))
+        path.append(v)
+        if v == target:
+            return path
+
+
+def _reaches(succ, source, target, allowed) -> bool:
+    """Whether ``target`` is reachable from ``source`` through ``allowed``."""
+    seen, work = {source}, [source]
+    while work:
+        for w in succ[work.pop()]:
+            if w == target:
+                return True
+            if w in allowed and w not in seen:
+                seen.add(w)
+                work.append(w)
+    return False
 
 
 def _cores(counts, types=TYPES) -> str:
