@@ -55,8 +55,15 @@ class Runtime:
         return state
 
     def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
+        """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
+        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing."""
         state = EventState(next(_ids), label, enable_timing=enable_timing, external=external)
-        state.label = f"{label}#{state.eid}" if tag is None else label
+        if tag is None:
+            thread = self.thread()
+            thread.events_made += 1
+            rank = "" if thread.rank is None else f" of rank {thread.rank[1]}"
+            label = f"{label}#{thread.events_made}{rank}"
+        state.label = label
         self.trace.events[state.eid] = T.EventInfo(state.eid, state.label, user_site(3), external, tag)
         return state
 
