@@ -7,7 +7,6 @@ works under pytest-xdist.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 import warnings
 from collections import Counter, defaultdict
@@ -33,13 +32,13 @@ class TestHazards:
         rt = _runtime()
         if rt is None:
             return []
-        n = len(rt.trace.records)
+        n = len(rt.trace)
         if self._cache[0] != n:
             from .analysis import AnalysisError, analyze
 
             # the records as of now: a garbage collection during the analyses may free the test's tensors
             # and append Free records to the live trace (the analyses size their tables once)
-            trace = dataclasses.replace(rt.trace, records=rt.trace.records[:n])
+            trace = rt.trace.with_records(rt.trace.records[:n])
             try:
                 found, self.error = analyze(trace), None
             except AnalysisError as exc:     # the other analyses' hazards still count; check() fails loudly

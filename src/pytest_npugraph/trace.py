@@ -15,7 +15,7 @@ Identity conventions
 """
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar, NamedTuple, Optional, Union
 
 from . import layout
@@ -89,9 +89,14 @@ class Span:
     @classmethod
     def of_view(cls, device: int, block: int, lo: int, item: int, shape, strides) -> "Span":
         """The span of a view of ``item``-byte elements starting at byte ``lo``."""
+        return cls(*cls.row_of_view(device, block, lo, item, shape, strides))
+
+    @staticmethod
+    def row_of_view(device: int, block: int, lo: int, item: int, shape, strides) -> tuple:
+        """``of_view``'s fields as a span row (``span_row``)."""
         run, dims = layout.normalise(item, tuple(shape), tuple(strides))
         hi = lo + layout.extent(run, dims)
-        return cls(device, lo, hi, block, run, dims) if dims else cls(device, lo, hi, block)
+        return (device, lo, hi, block, run, dims) if dims else (device, lo, hi, block)
 
     def overlaps(self, other: "Span") -> bool:
         """Whether the two share a byte (exactly, for strided views too)."""
@@ -478,21 +483,113 @@ class Reinplace(Marker):
 Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStream, Marker]
 
 
-@dataclass
-class Trace:
-    """Append-only log of records plus the tables that name things in reports."""
+# Compact rows: the emulator's three most frequent records (a task, an allocation, a free) are logged as
+# plain tuples of numbers and strings, made records only when something reads ``Trace.records``.  A
+# tuple of atoms is cheap to build (a ``Kernel`` record costs six times more) and the garbage collector
+# stops tracking it at its first collection, while each record object stays tracked for the test's
+# life: about a microsecond per op of a long test went on walking them.  Non-atomic field values (sites,
+# op core profiles, graph calls) are interned in ``Trace.objects`` and rows hold their index; spans are
+# ``Span`` field tuples (``span_row``).
+KERNEL_ROW, ALLOC_ROW, FREE_ROW = 0, 1, 2
+# (KERNEL_ROW, stream, op, reads, writes, site, cores, cube_limit, vector_limit, graph or None, collective)
+# (ALLOC_ROW, block, site, reuses)          (FREE_ROW, block, site)
+# block rows (``Trace.blocks`` values): (bid, device, stream, lo, hi, size, site, pool)
 
-    records: list = field(default_factory=list)
-    streams: dict = field(default_factory=dict)   # sid -> StreamInfo
-    events: dict = field(default_factory=dict)    # eid -> EventInfo
-    blocks: dict = field(default_factory=dict)    # bid -> BlockInfo
+
+def span_row(span: Span) -> tuple:
+    """A ``Span`` as the tuple of its fields (``Span(*row)`` makes it back)."""
+    if span.dims:
+        return (span.device, span.lo, span.hi, span.block, span.run, span.dims)
+    return (span.device, span.lo, span.hi, span.block)
+
+
+class Trace:
+    """Append-only log of records plus the tables that name things in reports.
+
+    ``records`` (the log as record objects) and ``blocks`` (bid -> ``BlockInfo``) are what analyses
+    read; the runtime appends compact rows to ``log`` and ``block_log`` instead (see ``KERNEL_ROW``),
+    which those two make records of, in place, when read."""
+
+    def __init__(self, records=None, streams=None, events=None, blocks=None):
+        self.log: list = [] if records is None else records   # records, and rows not made records yet
+        self.streams: dict = {} if streams is None else streams   # sid -> StreamInfo
+        self.events: dict = {} if events is None else events      # eid -> EventInfo
+        self.block_log: dict = {} if blocks is None else blocks   # bid -> BlockInfo, or its row
+        self.objects: list = []          # interned field values of rows, by index
+        self.object_ids: dict = {}       # id(value) -> its index in ``objects`` (which keeps it alive)
+        self._made = 0                   # log[:_made] holds no row
+        self._blocks_made = 0            # len(block_log) when its rows were last made records
+        self._spans: dict = {}           # span row -> its Span: one object per distinct span
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.log)
 
     @property
     def next_seq(self) -> int:
-        return len(self.records)
+        return len(self.log)
 
     def append(self, record) -> None:
-        self.records.append(record)
+        self.log.append(record)
+
+    def intern(self, value) -> int:
+        """The index of ``value`` in ``objects`` (a row's reference to a site, a profile, a graph call)."""
+        i = self.object_ids.get(id(value))
+        if i is None:
+            i = self.object_ids[id(value)] = len(self.objects)
+            self.objects.append(value)
+        return i
+
+    def with_records(self, records: list) -> "Trace":
+        """This trace's tables with another list of records (a prefix, a reordering)."""
+        trace = Trace(records, self.streams, self.events, self.block_log)
+        trace.objects, trace.object_ids = self.objects, self.object_ids    # the rows' interned values
+        return trace
+
+    @property
+    def records(self) -> list:
+        log = self.log
+        if self._made < len(log):
+            self._make_records(log)
+        return log
+
+    @records.setter
+    def records(self, records: list) -> None:
+        self.log, self._made = records, 0
+
+    @property
+    def blocks(self) -> dict:
+        table = self.block_log
+        if self._blocks_made != len(table):
+            objects = self.objects
+            for bid, row in list(table.items()):     # a copy: another thread may be adding blocks
+                if type(row) is tuple:
+                    table[bid] = BlockInfo(*row[:6], objects[row[6]], row[7])
+            self._blocks_made = len(table)
+        return table
+
+    def _make_records(self, log: list) -> None:
+        objects, spans = self.objects, self._spans
+
+        def spans_of(rows):
+            out = []
+            for row in rows:
+                s = spans.get(row)
+                if s is None:
+                    s = spans[row] = Span(*row)
+                out.append(s)
+            return tuple(out)
+        end = len(log)          # rows appended meanwhile (another rank's thread) wait for the next read
+        for i in range(self._made, end):
+            row = log[i]
+            if type(row) is not tuple:
+                continue
+            kind = row[0]
+            if kind == KERNEL_ROW:
+                _, stream, op, reads, writes, site, cores, cube, vector, graph, collective = row
+                log[i] = Kernel(i, stream, op, spans_of(reads), spans_of(writes), objects[site], objects[cores],
+                                cube, vector, None if graph is None else objects[graph], collective)
+            elif kind == ALLOC_ROW:
+                log[i] = Alloc(i, row[1], objects[row[2]], row[3])
+            else:
+                log[i] = Free(i, row[1], objects[row[2]])
+        self._made = end

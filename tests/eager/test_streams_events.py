@@ -307,6 +307,17 @@ def test_wait_on_never_recorded_event_is_a_no_op(npugraph):
     assert e.synchronize() is None
 
 
+def test_event_labels_number_the_events_this_thread_made_in_this_test(npugraph):
+    """Not a process-wide id: the label must not depend on earlier tests or, under run_ranks, on
+    which rank's thread made its event first."""
+    torch.randn(4).npu(), torch.npu.Stream()                  # blocks and streams take no number
+    first, second = torch.npu.Event(), torch.npu.Event()
+    with npugraph.expect("event-misuse", match=r"Event#2\b"):
+        torch.npu.current_stream().wait_event(second)
+    assert [info.label for info in npugraph.trace.events.values()][-2:] == ["Event#1", "Event#2"]
+    assert first.query()
+
+
 def test_event_query_synchronize_and_timing(npugraph):
     start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
     assert start.query() is True                                  # never recorded

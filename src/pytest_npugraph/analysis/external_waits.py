@@ -17,7 +17,6 @@ Hazards (``find``):
 """
 from __future__ import annotations
 
-import dataclasses
 
 from ..hazard import Hazard
 from ..trace import EventRecord, EventReset, EventWait, HostSync, Kernel, Trace
@@ -114,7 +113,7 @@ class _Order:
             self.cycle = [u for u, _ in nx.find_cycle(graph)]
             return
         if order != sorted(order):
-            self.trace = dataclasses.replace(trace, records=[trace.records[p] for p in order])
+            self.trace = trace.with_records([trace.records[p] for p in order])
 
 
 def _order(trace, cache) -> _Order:

@@ -121,6 +121,7 @@ class HappensBefore:
         last = [NOTHING] * n        # seq of each stream's latest task
         events: dict = {}           # eid -> clock of its latest record
         recorded_at_free = self.memory.recorded_at_free
+        blocks = self.trace.blocks
         covers: dict = {}           # freed bid -> clock the allocator waits for before reuse
         device_of = {i: self.trace.streams[sid].device for i, sid in enumerate(self.sids)}
         index, clocks = self.index, self.clocks
@@ -176,7 +177,7 @@ class HappensBefore:
             if cls is HostSync:
                 learned = self._sync_clock(rec, index, device_of, events, completed)
             elif cls is Free:
-                info = self.trace.blocks.get(rec.block)
+                info = blocks.get(rec.block)
                 owner = info.stream if info is not None else None
                 streams = [index[sid] for sid in recorded_at_free(rec.block) if sid in index and sid != owner]
                 if streams:

@@ -255,7 +255,7 @@ class AclConcreteGraph:
         torch.npu.empty_cache()
 
     def _capture(self, rt, key, args) -> None:
-        first_seq = len(rt.trace.records)
+        first_seq = len(rt.trace)
         if self.reuse_in_fx and len(set(self.metas) | {key}) > 1:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
@@ -288,7 +288,7 @@ class AclConcreteGraph:
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
         if self.settings.deadlock_check:
-            deadlock_check.report(rt.trace, first_seq, len(rt.trace.records))
+            deadlock_check.report(rt.trace, first_seq, len(rt.trace))
         if self.settings.super_kernel_optimize:
             meta.graph.super_kernel_optimize(optimize_options=self.settings.super_kernel_optimize_options,
                                              debug_options=self.settings.super_kernel_debug_options)

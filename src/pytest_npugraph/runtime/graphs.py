@@ -196,17 +196,18 @@ class CapturedGraph:
     def emit(self, rt, stream, graph: T.GraphCall) -> None:
         """Append the captured tasks to the trace, the capture stream mapped to ``stream``."""
         origin = self.origin
-        records = rt.trace.records
+        trace = rt.trace
+        log, intern = trace.log, trace.intern
         marks = rt.stream_marks
-        Kernel = T.Kernel
         with rt.lock:
+            graph_i = intern(graph)
             for task in self.tasks:
                 s = stream if task[1] is origin else task[1]
                 kind = task[0]
                 if kind == "k":
-                    seq = len(records)
-                    records.append(Kernel(seq, s.sid, task[2], task[3], task[4], task[5], task[6], task[7],
-                                          task[8], graph))
+                    seq = len(log)
+                    log.append((T.KERNEL_ROW, s.sid, task[2], task[3], task[4], intern(task[5]), intern(task[6]),
+                                task[7], task[8], graph_i, None))
                     marks[s.sid] = seq
                 elif kind == "r":
                     rt._record_now(task[2], s, task[3])
@@ -219,7 +220,7 @@ class CapturedGraph:
         """Recompute the graph's values (when the replay stream gets there: executor.py) and append
         its tasks to the trace."""
         self.replays += 1
-        rt.executor.submit(stream.sid, len(rt.trace.records), self.run, what=f"replay of {self.graph.label}")
+        rt.executor.submit(stream.sid, len(rt.trace.log), self.run, what=f"replay of {self.graph.label}")
         self.emit(rt, stream, self.graph.replayed(self.replays))
 
 

@@ -14,6 +14,7 @@ import threading
 from typing import Optional
 
 from .. import trace as T
+from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
 from .._context import CONTEXT
 from .callsite import first_user, user_site
 from .device import Device
@@ -54,8 +55,15 @@ class Runtime:
         return state
 
     def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
+        """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
+        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing."""
         state = EventState(next(_ids), label, enable_timing=enable_timing, external=external)
-        state.label = f"{label}#{state.eid}" if tag is None else label
+        if tag is None:
+            thread = self.thread()
+            thread.events_made += 1
+            rank = "" if thread.rank is None else f" of rank {thread.rank[1]}"
+            label = f"{label}#{thread.events_made}{rank}"
+        state.label = label
         self.trace.events[state.eid] = T.EventInfo(state.eid, state.label, user_site(3), external, tag)
         return state
 
@@ -121,10 +129,10 @@ class Runtime:
 
     # ------------------------------------------------------------------- recording
     def _append(self, record) -> None:
-        self.trace.records.append(record)
+        self.trace.log.append(record)
 
     def _seq(self) -> int:
-        return len(self.trace.records)
+        return len(self.trace.log)
 
     @contextlib.contextmanager
     def restored_limits(self):
@@ -148,18 +156,28 @@ class Runtime:
 
     def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
                site=None, graph=None, collective=None) -> int:
-        return self.kernel_now(stream, op, tuple(reads), tuple(writes), cores,
+        return self.kernel_now(stream, op, tuple(map(T.span_row, reads)), tuple(map(T.span_row, writes)), cores,
                                site or self.site_hint() or user_site(3), graph, collective)
 
     def kernel_now(self, stream, op, reads: tuple, writes: tuple, cores, site, graph=None, collective=None) -> int:
-        """``kernel`` with everything worked out (the eager op path)."""
+        """``kernel`` with everything worked out (the eager op path): ``reads`` and ``writes`` are span
+        rows (``trace.span_row``); the task is logged as a row (``trace.KERNEL_ROW``)."""
         cube, vector = stream.cube_limit, stream.vector_limit
         if cube is None or vector is None:
             cube, vector = self.devices[stream.device].explicit_limits(stream)
+        trace = self.trace
+        ids = trace.object_ids
         with self.lock:
-            records = self.trace.records
-            seq = len(records)
-            records.append(T.Kernel(seq, stream.sid, op, reads, writes, site, cores, cube, vector, graph, collective))
+            site_i = ids.get(id(site))
+            if site_i is None:
+                site_i = trace.intern(site)
+            cores_i = ids.get(id(cores))
+            if cores_i is None:
+                cores_i = trace.intern(cores)
+            log = trace.log
+            seq = len(log)
+            log.append((KERNEL_ROW, stream.sid, op, reads, writes, site_i, cores_i, cube, vector,
+                        None if graph is None else trace.intern(graph), collective))
             self.stream_marks[stream.sid] = seq
             return seq
 
@@ -323,12 +341,14 @@ class Runtime:
             site = self.thread().site or user_site(3)
         bid, lo = block.bid, block.lo
         hi = lo + block.size
-        info = T.BlockInfo(bid, block.device, block.stream, lo, hi, block.requested, site, pool)
+        trace = self.trace
         with self.lock:
-            self.trace.blocks[bid] = info
-            records = self.trace.records
+            site_i = trace.object_ids.get(id(site))
+            if site_i is None:
+                site_i = trace.intern(site)
+            trace.block_log[bid] = (bid, block.device, block.stream, lo, hi, block.requested, site_i, pool)
             ranges = self.freed_ranges.get(block.device)
-            records.append(T.Alloc(len(records), bid, site, self._reused(ranges, lo, hi) if ranges else None))
+            trace.log.append((ALLOC_ROW, bid, site_i, self._reused(ranges, lo, hi) if ranges else None))
 
     @staticmethod
     def _reused(ranges: list, lo: int, hi: int) -> Optional[int]:
@@ -349,22 +369,25 @@ class Runtime:
 
     def known_block(self, block) -> None:
         """Name a block allocated by an earlier test's runtime (module-level tensors)."""
-        if block.bid not in self.trace.blocks:
-            self.trace.blocks[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
+        if block.bid not in self.trace.block_log:
+            self.trace.block_log[block.bid] = T.BlockInfo(block.bid, block.device, block.stream, block.lo,
                                                        block.lo + block.size, block.requested,
                                                        T.Site("<before this test>", 0))
 
     def on_free(self, block, frame=None) -> None:
         """``frame``: where the block's last reference went, if known (else the caller's caller)."""
         bid = block.bid
-        if bid not in self.trace.blocks:
+        trace = self.trace
+        if bid not in trace.block_log:
             return  # allocated by an earlier test: not part of this trace
         site = self.thread().site or (user_site(3) if frame is None else first_user(frame))
         lo = block.lo
         freed = (lo, lo + block.size, bid)
         with self.lock:
-            records = self.trace.records
-            records.append(T.Free(len(records), bid, site))
+            site_i = trace.object_ids.get(id(site))
+            if site_i is None:
+                site_i = trace.intern(site)
+            trace.log.append((FREE_ROW, bid, site_i))
             ranges = self.freed_ranges.get(block.device)
             if ranges is None:
                 self.freed_ranges[block.device] = [freed]

@@ -38,3 +38,4 @@ class ThreadState:
     site: Any = None                             # the compiled graph node's line for work issued now
     rank: Optional[tuple] = None                 # (collectives.Job, rank) inside npugraph.run_ranks
     restoring_limits: bool = False               # inside restored_limits(): a limit back at the maximum is none
+    events_made: int = 0                         # events this thread made: their labels' numbers

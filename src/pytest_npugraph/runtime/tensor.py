@@ -303,8 +303,14 @@ def _dense_only(payload) -> None:
 
 def span(t: NpuTensor):
     """The simulated bytes ``t`` covers (its elements, for a strided view), or None for an empty or
-    block-less tensor.  Kept on the tensor: its payload's layout changes only through ``t.data = ...``
-    (``NpuTensor.__setattr__`` forgets it)."""
+    block-less tensor."""
+    row = span_row(t)
+    return None if row is None else _Span(*row)
+
+
+def span_row(t: NpuTensor):
+    """``span(t)`` as a span row (``trace.span_row``), or None; what tasks are logged with.  Kept on the
+    tensor: its payload's layout changes only through ``t.data = ...`` (``NpuTensor.__setattr__`` forgets it)."""
     memo = t.__dict__.get("_span_memo", _NO_SPAN)
     if memo is not _NO_SPAN:
         return memo
@@ -317,9 +323,9 @@ def span(t: NpuTensor):
         size = p.element_size()
         lo = block.lo + p.storage_offset() * size
         if p.is_contiguous():       # most op outputs: dense bytes, no layout to work out
-            memo = _Span(block.device, lo, lo + n * size, block.bid)
+            memo = (block.device, lo, lo + n * size, block.bid)
         else:
-            memo = _Span.of_view(block.device, block.bid, lo, size, p.shape, p.stride())
+            memo = _Span.row_of_view(block.device, block.bid, lo, size, p.shape, p.stride())
     t.__dict__["_span_memo"] = memo
     return memo
 
@@ -710,12 +716,12 @@ def _launch(op: str, device: int, reads, writes, stream=None, replay=None, site=
 
 
 def _spans(rt, tensors) -> tuple:
-    """The spans of ``tensors`` (naming in ``rt``'s trace any block an earlier test's runtime made)."""
+    """The span rows of ``tensors`` (naming in ``rt``'s trace any block an earlier test's runtime made)."""
     out = []
     for t in tensors:
         s = t.__dict__.get("_span_memo", _NO_SPAN)
         if s is _NO_SPAN:
-            s = span(t)
+            s = span_row(t)
         if s is not None:
             out.append(s)
             if t._block.allocator.runtime is not rt:
@@ -730,8 +736,10 @@ def note_output_reads(rt, tensors, site) -> None:
     task reads (the output-overwrite analysis)."""
     for t in tensors:
         call = t._graph_call
-        if call is not None and span(t) is not None:
-            rt.marker(T.GraphOutputRead, rt.current_stream(t.device.index), call=call, span=span(t), site=site)
+        if call is not None:
+            s = span(t)
+            if s is not None:
+                rt.marker(T.GraphOutputRead, rt.current_stream(t.device.index), call=call, span=s, site=site)
 
 
 def _inherit_graph_call(inputs, result) -> None:
