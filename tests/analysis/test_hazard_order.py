@@ -8,7 +8,6 @@ order the analyses give them (a single-device test reads exactly as before).
 """
 from __future__ import annotations
 
-import dataclasses
 
 from pytest_npugraph.analysis import analyze, describe, events, races, record_stream
 from pytest_npugraph.hazard import Hazard
@@ -139,7 +138,7 @@ def test_by_device_reads_records_by_seq_and_puts_the_unknown_last():
         f"at {k0}", "at None", f"at {k1}", f"at {sync}", "at None"]
     assert describe.by_device(b.trace, hazards)[1].streams == ["npu:0/a"]
     # ExternalEvent waits moved after their records (analysis/external_waits.py): seqs are not positions
-    moved = dataclasses.replace(b.trace, records=b.trace.records[::-1])
+    moved = b.trace.with_records(b.trace.records[::-1])
     assert describe.by_device(moved, hazards) == describe.by_device(b.trace, hazards)
 
 
