@@ -523,8 +523,7 @@ def _run(func, plan, args, kwargs, now=False):
     inputs, reads, writes = ops.inputs, ops.reads, ops.writes
     uargs = []
     for v, write in zip(args, writes_at):     # the schema has every positional argument
-        kind = type(v)
-        if kind is NpuTensor:                 # ``take``'s common case, inline
+        if type(v) is NpuTensor:              # ``take``'s common case, inline
             inputs.append(v)
             if write:
                 writes.append(v)
@@ -534,26 +533,8 @@ def _run(func, plan, args, kwargs, now=False):
             if type(p) is not _Tensor and _is_fake(p):
                 ops.fake = True
             uargs.append(p)
-        elif kind in _PLAIN:
+        elif type(v) in _PLAIN:
             uargs.append(v)
-        elif kind is list or kind is tuple:   # a tensor list (``cat``, ``stack``, ``index``'s ``Tensor?[]``)
-            items = []                        # or a size: ``take``'s list case, inline
-            for x in v:
-                if type(x) is NpuTensor:
-                    inputs.append(x)
-                    if write:
-                        writes.append(x)
-                    elif reads_data:
-                        reads.append(x)
-                    p = x._payload
-                    if type(p) is not _Tensor and _is_fake(p):
-                        ops.fake = True
-                    items.append(p)
-                elif type(x) in _PLAIN:       # None in ``Tensor?[]``, ints of a size
-                    items.append(x)
-                else:                         # host tensors (``host`` check), devices, nested lists
-                    items.append(ops.take(x, write, reads_data, check))
-            uargs.append(items if kind is list else tuple(items))
         else:
             uargs.append(ops.take(v, write, reads_data, check))
     ukwargs = {name: ops.take(v, plan.writes_kw.get(name), reads_data, check) for name, v in kwargs.items()} \
