@@ -16,6 +16,7 @@ Identity conventions
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
+from itertools import islice
 from typing import ClassVar, NamedTuple, Optional, Union
 
 from . import layout
@@ -559,9 +560,10 @@ class Trace:
     @property
     def blocks(self) -> dict:
         table = self.block_log
-        if self._blocks_made != len(table):
+        new = len(table) - self._blocks_made
+        if new:     # blocks are added, never removed: the new ones are the last (a copy, in one C call)
             objects = self.objects
-            for bid, row in list(table.items()):     # a copy: another thread may be adding blocks
+            for bid, row in list(islice(reversed(table.items()), new) if new > 0 else table.items()):
                 if type(row) is tuple:
                     table[bid] = BlockInfo(*row[:6], objects[row[6]], row[7])
             self._blocks_made = len(table)

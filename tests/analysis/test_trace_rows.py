@@ -94,3 +94,16 @@ def test_intern_is_by_identity():
     a, b = T.Site("a.py", 1), T.Site("a.py", 1)
     assert trace.intern(a) == trace.intern(a) == 0 and trace.intern(b) == 1
     assert trace.objects == [a, b] and trace.objects[1] is b
+
+
+def test_blocks_makes_the_new_rows_records_whatever_was_added_between_reads():
+    trace = T.Trace()
+    site = T.Site("a.py", 1)
+    i = trace.intern(site)
+    trace.block_log[1] = (1, 0, 7, 0, 512, 500, i, None)
+    assert trace.blocks[1] == T.BlockInfo(1, 0, 7, 0, 512, 500, site)
+    trace.blocks[2] = T.BlockInfo(2, 0, 7, 512, 1024, 512, site)       # by hand, between rows
+    trace.block_log[3] = (3, 1, 8, 0, 1024, 1000, i, "(1, 0)")
+    trace.block_log[4] = (4, 1, 8, 1024, 2048, 1000, i, None)
+    assert trace.blocks[3] == T.BlockInfo(3, 1, 8, 0, 1024, 1000, site, "(1, 0)")
+    assert all(type(info) is T.BlockInfo for info in trace.blocks.values()) and len(trace.blocks) == 4
