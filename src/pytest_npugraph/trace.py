@@ -487,8 +487,8 @@ Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStre
 # Compact rows: the emulator's three most frequent records (a task, an allocation, a free) are logged as
 # plain tuples of numbers and strings, made records only when something reads ``Trace.records``.  A
 # tuple of atoms is cheap to build (a ``Kernel`` record costs six times more) and the garbage collector
-# stops tracking it at its first collection, while each record object stays tracked for the test's
-# life: about a microsecond per op of a long test went on walking them.  Non-atomic field values (sites,
+# stops tracking it after its first collections, while each record object stays tracked for the test's
+# life: walking them cost 6-14 us per op of a 200,000-op test (bench/bench_long_loop.py).  Non-atomic field values (sites,
 # op core profiles, graph calls) are interned in ``Trace.objects`` and rows hold their index; spans are
 # ``Span`` field tuples (``span_row``).
 KERNEL_ROW, ALLOC_ROW, FREE_ROW = 0, 1, 2
@@ -533,7 +533,8 @@ class Trace:
         self.log.append(record)
 
     def intern(self, value) -> int:
-        """The index of ``value`` in ``objects`` (a row's reference to a site, a profile, a graph call)."""
+        """The index of ``value`` in ``objects`` (a row's reference to a site, a profile, a graph call).
+        The runtime's per-op paths inline the ``object_ids`` lookup and call this for a new value only."""
         i = self.object_ids.get(id(value))
         if i is None:
             i = self.object_ids[id(value)] = len(self.objects)
