@@ -1037,15 +1037,15 @@ def _set(func, plan, args, kwargs):
 _MASK_DTYPES = (torch.bool, torch.uint8)
 
 
-def _index_op(func, plan, args, kwargs):
-    """``index`` and ``index_put(_)``: an index list holding a boolean (or uint8) mask on the device makes
-    a host read (its count of true values, which the host needs for the result's shape, is a device
-    value: the real kernel calls ``nonzero``); other indices go straight to ``_run``."""
+def _mask_index(args, kwargs) -> bool:
+    """An index list (``index``, ``index_put(_)``) holding a boolean (or uint8) mask on the device: its
+    count of true values, which the host needs for the result's shape, is a device value (the real
+    kernel calls ``nonzero``)."""
     if len(args) > 1 and args[1]:
         for i in args[1]:
             if isinstance(i, NpuTensor) and i.dtype in _MASK_DTYPES:
-                return _host_read(func, plan, args, kwargs)
-    return _run(func, plan, args, kwargs)
+                return True
+    return False
 
 
 def _host_read_if(needs_host):
@@ -1086,10 +1086,10 @@ _SPECIAL = {
     "aten::_unique": _host_read,
     "aten::bincount": _host_read,
     "aten::allclose": _host_read,
-    "aten::index": _index_op,
-    "aten::index_put": _index_op,
-    "aten::index_put_": _index_op,
-    "aten::_index_put_impl_": _index_op,
+    "aten::index": _host_read_if(_mask_index),
+    "aten::index_put": _host_read_if(_mask_index),
+    "aten::index_put_": _host_read_if(_mask_index),
+    "aten::_index_put_impl_": _host_read_if(_mask_index),
     # repeat_interleave.Tensor(repeats, *, output_size=None): the output's length is sum(repeats)
     "aten::repeat_interleave": _host_read_if(
         lambda args, kwargs: len(args) == 1 and isinstance(args[0], NpuTensor) and kwargs.get("output_size") is None),
