@@ -92,9 +92,15 @@ class Span:
         """The span of a view of ``item``-byte elements starting at byte ``lo``."""
         return cls(*cls.row_of_view(device, block, lo, item, shape, strides))
 
+    def row(self) -> tuple:
+        """The span as the tuple of its fields, its row in the trace's log (``Span(*row)`` makes it back)."""
+        if self.dims:
+            return (self.device, self.lo, self.hi, self.block, self.run, self.dims)
+        return (self.device, self.lo, self.hi, self.block)
+
     @staticmethod
     def row_of_view(device: int, block: int, lo: int, item: int, shape, strides) -> tuple:
-        """``of_view``'s fields as a span row (``span_row``)."""
+        """``of_view``'s span as its row (``Span.row``)."""
         run, dims = layout.normalise(item, tuple(shape), tuple(strides))
         hi = lo + layout.extent(run, dims)
         return (device, lo, hi, block, run, dims) if dims else (device, lo, hi, block)
@@ -490,18 +496,11 @@ Record = Union[Kernel, EventRecord, EventWait, HostSync, Alloc, Free, RecordStre
 # stops tracking it after its first collections, while each record object stays tracked for the test's
 # life: walking them cost 6-14 us per op of a 200,000-op test (bench/bench_long_loop.py).  Non-atomic field values (sites,
 # op core profiles, graph calls) are interned in ``Trace.objects`` and rows hold their index; spans are
-# ``Span`` field tuples (``span_row``).
+# ``Span`` field tuples (``Span.row``).
 KERNEL_ROW, ALLOC_ROW, FREE_ROW = 0, 1, 2
 # (KERNEL_ROW, stream, op, reads, writes, site, cores, cube_limit, vector_limit, graph or None, collective)
 # (ALLOC_ROW, block, site, reuses)          (FREE_ROW, block, site)
 # block rows (``Trace.blocks`` values): (bid, device, stream, lo, hi, size, site, pool)
-
-
-def span_row(span: Span) -> tuple:
-    """A ``Span`` as the tuple of its fields (``Span(*row)`` makes it back)."""
-    if span.dims:
-        return (span.device, span.lo, span.hi, span.block, span.run, span.dims)
-    return (span.device, span.lo, span.hi, span.block)
 
 
 class Trace:

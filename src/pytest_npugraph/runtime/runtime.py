@@ -156,12 +156,12 @@ class Runtime:
 
     def kernel(self, stream: StreamState, op: str, reads=(), writes=(), *, cores=T.OpCores(),
                site=None, graph=None, collective=None) -> int:
-        return self.kernel_now(stream, op, tuple(map(T.span_row, reads)), tuple(map(T.span_row, writes)), cores,
+        return self.kernel_now(stream, op, tuple(map(T.Span.row, reads)), tuple(map(T.Span.row, writes)), cores,
                                site or self.site_hint() or user_site(3), graph, collective)
 
     def kernel_now(self, stream, op, reads: tuple, writes: tuple, cores, site, graph=None, collective=None) -> int:
         """``kernel`` with everything worked out (the eager op path): ``reads`` and ``writes`` are span
-        rows (``trace.span_row``); the task is logged as a row (``trace.KERNEL_ROW``)."""
+        rows (``Span.row``); the task is logged as a row (``trace.KERNEL_ROW``)."""
         cube, vector = stream.cube_limit, stream.vector_limit
         if cube is None or vector is None:
             cube, vector = self.devices[stream.device].explicit_limits(stream)

@@ -309,7 +309,7 @@ def span(t: NpuTensor):
 
 
 def span_row(t: NpuTensor):
-    """``span(t)`` as a span row (``trace.span_row``), or None; what tasks are logged with.  Kept on the
+    """``span(t)`` as a span row (``Span.row``), or None; what tasks are logged with.  Kept on the
     tensor: its payload's layout changes only through ``t.data = ...`` (``NpuTensor.__setattr__`` forgets it)."""
     memo = t.__dict__.get("_span_memo", _NO_SPAN)
     if memo is not _NO_SPAN:
