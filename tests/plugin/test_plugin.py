@@ -116,7 +116,7 @@ def test_report_header_names_chip_and_mode(pytester):
     pytester.makepyfile("def test_x(): pass")
     result = run(pytester, "--npu-emulate=on", "--npu-chip=Ascend910B4", "--npu-hazards=warn")
     result.stdout.fnmatch_lines(["npugraph: NPU emulation on (Ascend910B4: 20 cube / 40 vector cores, 32 GiB "
-                                 "per device), hazards: warn"])
+                                 "per device; CANN 8.5.0), hazards: warn"])
 
 
 def test_race_fails_the_test_with_a_report_at_user_lines(pytester):
