@@ -18,6 +18,7 @@ import pytest
 SEED = os.environ.get("NPUGRAPH_DETERMINISM_SEED", "")
 OUT = os.environ["NPUGRAPH_DETERMINISM_OUT"]
 VERDICTS: dict = {}
+DURATIONS: dict = {}       # nodeid -> seconds (not part of the verdict)
 CURRENT = [None]
 
 
@@ -107,6 +108,7 @@ def pytest_runtest_logreport(report):
     verdict = VERDICTS.setdefault(report.nodeid, {})
     if report.when == "call" or report.outcome != "passed":
         verdict.setdefault("outcome", []).append([report.when, report.outcome])
+    DURATIONS[report.nodeid] = DURATIONS.get(report.nodeid, 0.0) + report.duration
     if hasattr(report, "wasxfail"):
         verdict["xfail"] = report.wasxfail or "xfail"
     for name, value in report.user_properties:
@@ -117,3 +119,5 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     with open(OUT, "w") as f:
         json.dump(VERDICTS, f, indent=1, sort_keys=True)
+    with open(OUT + ".durations", "w") as f:
+        json.dump(DURATIONS, f, indent=1, sort_keys=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+DURATIONS: dict = {}      # nodeid -> seconds of its latest run (for choosing what CI runs)
 
 
 def targets(root: Path = ROOT) -> list:
@@ -41,6 +42,8 @@ def run(seed, files, extra=()) -> dict:
         if not os.path.exists(out):
             raise RuntimeError(f"the child pytest wrote no verdicts (exit {proc.returncode}):\n"
                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        with open(out + ".durations") as f:
+            DURATIONS.update(json.load(f))
         with open(out) as f:
             return json.load(f)
 
