@@ -77,10 +77,11 @@ def report(runs: list, diffs: list) -> str:
              f"{len(runs) - 1} skewed): {len(diffs)} verdict change(s) in "
              f"{len({d[0] for d in diffs})} test(s)"]
     for nodeid in sorted(known_flaky(runs)):
-        changed = sum(1 for verdicts in runs[1:] if verdicts.get(nodeid) != runs[0].get(nodeid))
+        flaky = [d for d in differences(runs) if d[0] == nodeid]
+        fields = sorted({key for d in flaky for key in d[2]})
         reason = next(v[nodeid]["xfail"] for v in runs if "xfail" in v.get(nodeid, {}))
-        lines.append(f"  known flaky (xfail, not counted): {nodeid}: {changed} of {len(runs) - 1} skewed runs "
-                     f"differ from run 0 ({reason})")
+        lines.append(f"  known flaky (xfail, not counted): {nodeid}: {len(flaky)} of {len(runs) - 1} skewed runs "
+                     f"differ from run 0 (in {', '.join(fields) or 'nothing'}; xfail: {reason})")
     for nodeid, k, what, a, b in diffs:
         lines.append(f"  {nodeid}: run {k} differs in {', '.join(what)}")
         for key in what:
