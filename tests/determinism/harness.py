@@ -39,13 +39,17 @@ def run(seed, files, extra=()) -> dict:
         cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                "-p", "determinism_recorder", "-n", "0", *extra]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        if not os.path.exists(out):
+        parts = sorted(p for p in os.listdir(tmp) if not p.endswith(".durations"))   # one per xdist worker
+        if not parts:
             raise RuntimeError(f"the child pytest wrote no verdicts (exit {proc.returncode}):\n"
                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        with open(out + ".durations") as f:
-            DURATIONS.update(json.load(f))
-        with open(out) as f:
-            return json.load(f)
+        verdicts: dict = {}
+        for part in parts:
+            with open(os.path.join(tmp, part)) as f:
+                verdicts.update(json.load(f))
+            with open(os.path.join(tmp, part + ".durations")) as f:
+                DURATIONS.update(json.load(f))
+        return verdicts
 
 
 def known_flaky(runs: list) -> set:
