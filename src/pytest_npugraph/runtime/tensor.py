@@ -16,7 +16,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, profiles
+from . import cpu_gaps, profiles, user_kernels
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .._context import CONTEXT
@@ -353,7 +353,7 @@ class _Plan:
         self.metadata_inplace = schema.name in METADATA_INPLACE
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
-        self.special = _SPECIAL.get(schema.name) or (_host_op if schema.name.startswith("air::") else None)
+        self.special = _SPECIAL.get(schema.name) or _SPECIAL_NAMESPACES.get(schema.name.split("::", 1)[0], _npu_key_or_run)
         # in-place and out= ops return the very tensor object they wrote to
         # (a tensor-list argument such as ``_foreach_add_``'s ``Tensor(a!)[]`` has an empty alias set)
         written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
@@ -1121,6 +1121,20 @@ def _host_op(func, plan, args, kwargs):
         if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
             return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
     return _run(func, plan, args, kwargs)
+
+
+def _npu_key_or_run(func, plan, args, kwargs):
+    """An op outside aten: a kernel user code registered for the npu key (``user_kernels``) runs with
+    the NPU tensors themselves, as on hardware, so the ops it calls are dispatched, recorded and
+    checked like any others; any other op runs on the payloads (its CPU kernel)."""
+    if user_kernels.has_user_kernel(plan.name):
+        return func._op_dk(_PRIVATEUSE1, *args, **kwargs)
+    return _run(func, plan, args, kwargs)
+
+
+_PRIVATEUSE1 = torch._C.DispatchKey.PrivateUse1
+# namespaces whose ops never have a user's npu-key kernel (None: the common path)
+_SPECIAL_NAMESPACES = {"aten": None, "prims": None, "air": _host_op}
 
 
 _SPECIAL = {
