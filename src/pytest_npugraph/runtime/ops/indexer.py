@@ -124,7 +124,8 @@ def _indexer(op, query, key, weights, actual_seq_lengths_query, actual_seq_lengt
         visible = torch.ones(s1, s2, dtype=torch.bool)
         if sparse_mode == 3:
             diagonal = s2 - s1 + i
-            visible = (s <= diagonal) & (s >= diagonal - pre_tokens) & (s <= diagonal + next_tokens)
+            band = s1 + s2                          # pre/next_tokens default to 2**63 - 1: keep the arithmetic in range
+            visible = (s <= diagonal) & (s >= diagonal - min(pre_tokens, band)) & (s <= diagonal + min(next_tokens, band))
         scores = scores.masked_fill(~visible.unsqueeze(1), float("-inf"))
         ordered, order = torch.sort(scores, dim=-1, descending=True, stable=True)
         k = min(sparse_count, s2)
