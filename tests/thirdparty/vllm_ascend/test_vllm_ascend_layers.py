@@ -128,7 +128,11 @@ def test_rotary_embedding_layer(npugraph, npu_key_kernels):
     want_q, want_k = R.rope(positions, q, 32, layer.cos_sin_cache, True), R.rope(positions, k, 32,
                                                                                   layer.cos_sin_cache, True)
     layer.npu()
-    got_q, got_k = layer.forward_oot(positions.npu(), q.npu(), k.npu())
+    from vllm.config import get_current_vllm_config
+    from vllm.forward_context import set_forward_context
+
+    with set_forward_context(None, get_current_vllm_config(), num_tokens=3):   # a single-rank step
+        got_q, got_k = layer.forward_oot(positions.npu(), q.npu(), k.npu())
     torch.testing.assert_close(got_q.cpu(), want_q, atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(got_k.cpu(), want_k, atol=ATOL, rtol=RTOL)
     npugraph.assert_clean()
