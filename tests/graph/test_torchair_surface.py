@@ -1,0 +1,193 @@
+"""TorchAir's user-visible surface (issue 25): one TorchAir implementation shared by npugraph_ex,
+``cache_compile`` (torchair and npugraph_ex) with torchair's checks, and the rest of the public API
+upstream TorchAir tests rely on."""
+import logging
+import pytest
+import torch
+import torch_npu  # noqa: F401
+import torchair
+from torchair.configs.compiler_config import CompilerConfig
+
+
+# ------------------------------------------------------------ one implementation (npugraph_ex re-exports)
+def test_npugraph_ex_option_values_are_torchairs_but_read_bools_as_bools():
+    from npugraph_ex.configs import _option_base as ex
+    from torchair.configs import _option_base as air
+
+    for name in ("IntRangeValue", "IntListValue", "DictOptionValue", "CallableValue", "MustExistedPathValue",
+                 "NpuBaseConfig"):
+        assert getattr(ex, name) is getattr(air, name), name
+    assert issubclass(ex.OptionValue, air.OptionValue)
+    assert ex.OptionValue(True, [True, False]).value is True
+    assert air.OptionValue(True, [True, False]).value == "1"
+
+
+def test_npugraph_ex_errors_compiler_and_ops_come_from_torchair():
+    import npugraph_ex
+    from npugraph_ex._utils import error_code
+    from npugraph_ex import npu_fx_compiler
+    import torchair.npu_fx_compiler
+
+    assert error_code.pretty_error_msg is torchair._utils.error_code.pretty_error_msg
+    assert npu_fx_compiler._NpuFxCompiler is torchair.npu_fx_compiler._NpuFxCompiler
+    compiler = npugraph_ex.get_compiler()
+    assert compiler.settings.backend == "npugraph_ex" and compiler.settings.mode == "npugraph_ex"
+
+
+def test_npugraph_ex_logger_is_torchairs_logger_under_its_own_name_and_prefix():
+    import npugraph_ex
+
+    assert npugraph_ex.logger.name == "npugraph_ex"
+    assert npugraph_ex.logger.level == logging.ERROR       # as the real one, unless TORCH_COMPILE_DEBUG=1
+    record = logging.LogRecord("npugraph_ex", logging.ERROR, "f.py", 1, "hello", None, None)
+    assert npugraph_ex.logger.handlers[0].format(record).startswith("[ERROR] NPUGRAPH_EX(")
+    assert torchair.logger.handlers[0].format(record).startswith("[ERROR] TORCHAIR(")
+
+
+def test_npugraph_ex_record_tagged_stream_records_on_the_tagged_stream(npugraph):
+    """npugraph_ex's op records the tensor on the stream of its tag, as torchair's does (it raised)."""
+    import npugraph_ex  # noqa: F401
+
+    x = torch.ones(4, device="npu")
+    torch.ops.npugraph_ex.record_tagged_stream(x, "side")
+    torch.ops.air.record_tagged_stream(x, "side")
+
+
+# ------------------------------------------------------------------------------ cache_compile
+class _NotAModule:
+    def method(self, x):
+        return x
+
+
+class _Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+
+def test_cache_compile_compiles_a_module_method():
+    model = _Model()
+    fn = torchair.inference.cache_compile(model.forward, config=CompilerConfig(), dynamic=False)
+    x = torch.arange(4.0, device="npu")
+    assert torch.equal(fn(x).cpu(), x.cpu() * 2 + 1)
+
+
+def test_cache_compile_checks_its_arguments_as_torchair():
+    model = _Model()
+    with pytest.raises(ValueError, match="Only method can be cached now, got"):
+        torchair.inference.cache_compile(lambda x: x)
+    with pytest.raises(ValueError, match="Only torch.nn.Module method can be cached now"):
+        torchair.inference.cache_compile(_NotAModule().method)
+    a, b = CompilerConfig(), CompilerConfig()
+    b.mode = "reduce-overhead"
+    with pytest.raises(ValueError, match="config in current backend is different from the config during cache "
+                                         "generation."):
+        torchair.inference.cache_compile(model.forward, config=a, backend=torchair.get_npu_backend(compiler_config=b))
+    # a backend alone gives its config
+    fn = torchair.inference.cache_compile(model.forward, backend=torchair.get_npu_backend(compiler_config=a),
+                                          dynamic=False)
+    assert torch.equal(fn(torch.ones(2, device="npu")).cpu(), torch.full((2,), 3.0))
+
+
+def test_npugraph_ex_cache_compile_compiles_with_npugraph_ex():
+    import npugraph_ex
+
+    model = _Model()
+    fn = npugraph_ex.inference.cache_compile(model.forward, dynamic=False)
+    x = torch.arange(3.0, device="npu")
+    assert torch.equal(fn(x).cpu(), x.cpu() * 2 + 1)
+    fn = torch.npu.npugraph_ex.inference.cache_compile(model.forward, dynamic=False, options={"clone_input": False})
+    assert torch.equal(fn(x).cpu(), x.cpu() * 2 + 1)
+    with pytest.raises(ValueError, match="Invalid option 'nope'"):
+        torch.npu.npugraph_ex.inference.cache_compile(model.forward, options={"nope": 1})
+    with pytest.raises(ValueError, match="Only method can be cached now"):
+        npugraph_ex.inference.cache_compile(lambda x: x)
+
+
+# ------------------------------------------------------------------------------ npu_print
+def _printed(capsys):
+    return [line.strip() for line in capsys.readouterr().out.split("\n") if line.strip()]
+
+
+def _print_three(v):
+    torchair.ops.npu_print("x =", v, summarize_size=1)
+    v = torch.abs(v)
+    torchair.ops.npu_print("abs(x) =", v, summarize_size=1)
+    v = torch.add(v, 1)
+    torchair.ops.npu_print("add(abs(x), 1) =", v, summarize_size=1)
+    return v
+
+
+_THREE = ["x = [[-1 ... -1]", "...", "[-1 ... -1]]", "abs(x) = [[1 ... 1]", "...", "[1 ... 1]]",
+          "add(abs(x), 1) = [[2 ... 2]", "...", "[2 ... 2]]"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "aot_eager", "max-autotune"])
+def test_npu_print_prints_in_torchairs_format_each_time_the_graph_runs(capsys, mode):
+    t = torch.neg(torch.ones(10, 10, dtype=torch.bfloat16, device="npu"))
+    fn = _print_three
+    if mode == "aot_eager":
+        fn = torch.compile(_print_three, backend="aot_eager")
+    elif mode == "max-autotune":
+        fn = torch.compile(_print_three, backend=torchair.get_npu_backend(compiler_config=CompilerConfig()))
+    out = fn(t)
+    assert _printed(capsys) == _THREE
+    assert torch.equal(out.cpu(), torch.full((10, 10), 2.0, dtype=torch.bfloat16))
+    fn(t)
+    assert _printed(capsys) == _THREE
+
+
+def test_npu_print_in_reduce_overhead_prints_when_captured(capsys):
+    """aclgraph replays device tasks: the print is a host op, so it prints when the graph is captured
+    (TorchAir warns that npu_print may not take effect in that mode)."""
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    fn = torch.compile(lambda v: (torchair.ops.npu_print(v, summarize_size=-1), v + 1)[1],
+                       backend=torchair.get_npu_backend(compiler_config=config))
+    t = torch.arange(2.0, device="npu")
+    assert torch.equal(fn(t).cpu(), torch.tensor([1.0, 2.0]))
+    assert _printed(capsys) == ["[0 1]"]
+    assert torch.equal(fn(t + 1).cpu(), torch.tensor([2.0, 3.0]))
+    assert _printed(capsys) == []          # a replay
+
+
+@pytest.mark.parametrize("value, size, detail, expected", [
+    (torch.tensor(2.5), -1, False, "2.5"),
+    (torch.tensor(3), -1, False, "3"),
+    (torch.tensor(True), -1, False, "1"),
+    (torch.tensor([True, False]), -1, False, "[1 0]"),
+    (torch.tensor([1 / 3, 2.0]), -1, False, "[0.333333343 2]"),
+    (torch.arange(7), 2, False, "[0 1 ... 5 6]"),
+    (torch.tensor(2.5), -1, True, "tensor(2.5, shape=[], dtype=torch.float32)"),
+    (torch.tensor([True, False]), -1, True, "tensor([1 0], shape=[2], dtype=torch.bool)"),
+    (torch.ones(0, 3, dtype=torch.int32), -1, True, "tensor([], shape=[0, 3], dtype=torch.int32)"),
+])
+def test_npu_print_values(capsys, value, size, detail, expected):
+    torchair.ops.npu_print(value.to("npu"), summarize_size=size, tensor_detail=detail)
+    assert _printed(capsys) == [expected]
+
+
+def test_npu_print_inplace_after_print_in_a_graph(capsys):
+    def func(v):
+        torchair.ops.npu_print(v, summarize_size=-1)
+        v.add_(1)
+        torchair.ops.npu_print(v, summarize_size=-1)
+        return v
+
+    torch.compile(func, backend=torchair.get_npu_backend())(torch.arange(2, dtype=torch.bfloat16, device="npu"))
+    assert _printed(capsys) == ["[0 1]", "[1 2]"]
+
+
+def test_npu_print_checks_its_arguments():
+    x = torch.ones(2, 2, device="npu")
+    with pytest.raises(ValueError, match=r"summarize_size must be positive or -1 for all elements, got 0"):
+        torchair.ops.npu_print("x =", x, summarize_size=0)
+    with pytest.raises(ValueError):
+        torchair.ops.npu_print("x =", x, summarize_size=-2)
+    with pytest.raises(TypeError, match="summarize_size must be int, got float"):
+        torchair.ops.npu_print("x =", x, summarize_size=3.2)
+    with pytest.raises(TypeError, match="tensor_detail must be bool, got int"):
+        torchair.ops.npu_print(x, tensor_detail=1)
+    with pytest.raises(ValueError, match=r"npu_print\(\) requires at least one tensor input"):
+        torchair.ops.npu_print("x")
+    with pytest.raises(TypeError, match="but got 'list' at position 1"):
+        torchair.ops.npu_print(x, [1])
