@@ -191,3 +191,18 @@ def test_npu_print_checks_its_arguments():
         torchair.ops.npu_print("x")
     with pytest.raises(TypeError, match="but got 'list' at position 1"):
         torchair.ops.npu_print(x, [1])
+
+
+# ------------------------------------------------------------------------------ GE ops.wait
+def test_ge_wait_on_tensors_runs_and_orders_the_stream(npugraph):
+    """``torchair.ops.wait([tensor])`` in GE mode crashed ("'NpuTensor' object has no attribute 'wait'")."""
+    def f(x):
+        with torchair.scope.npu_stream_switch("side"):
+            a = x * 2
+        torchair.ops.wait([a])
+        return a + 1
+
+    compiled = torch.compile(f, backend=torchair.get_npu_backend(), fullgraph=True)
+    x = torch.ones(3, device="npu")
+    assert torch.equal(compiled(x).cpu(), torch.full((3,), 3.0))
+    assert torch.equal(compiled(x + 1).cpu(), torch.full((3,), 5.0))

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
 from ..runtime import profiles
 from ..runtime.runtime import current
 from . import emit, fxgraph
@@ -180,7 +182,8 @@ class _GeRunner(Runner):
             elif name == "air.record.default":
                 result = record_node(rt)
             elif name == "air.wait.default":
-                result = wait_node(args[0])
+                # a waited tensor is a data edge: its producer's event was waited above (g.waits)
+                result = wait_node([a for a in args[0] if not isinstance(a, torch.Tensor)])
             else:
                 result = self.call(node, args, kwargs)
         finally:
