@@ -2,6 +2,7 @@
 ``cache_compile`` (torchair and npugraph_ex) with torchair's checks, and the rest of the public API
 upstream TorchAir tests rely on."""
 import logging
+import os
 import pytest
 import torch
 import torch_npu  # noqa: F401
@@ -206,3 +207,45 @@ def test_ge_wait_on_tensors_runs_and_orders_the_stream(npugraph):
     x = torch.ones(3, device="npu")
     assert torch.equal(compiled(x).cpu(), torch.full((3,), 3.0))
     assert torch.equal(compiled(x + 1).cpu(), torch.full((3,), 5.0))
+
+
+# ------------------------------------------------------------------------------ graph dump
+def _two_streams(x):
+    with torchair.scope.npu_stream_switch("s1"):
+        y = torch.mm(x, x)
+    return y + 1
+
+
+@pytest.mark.parametrize("kind", ["txt", "pbtxt", "py"])
+def test_graph_dump_makes_its_folder_and_shows_nodes_and_streams(tmp_path, kind):
+    config = CompilerConfig()
+    config.debug.graph_dump.type = kind
+    config.debug.graph_dump.path = str(tmp_path / "not" / "yet")     # upstream makes the folder
+    compiled = torch.compile(_two_streams, backend=torchair.get_npu_backend(compiler_config=config), fullgraph=True)
+    x = torch.ones(2, 2, device="npu")
+    assert torch.equal(compiled(x).cpu(), torch.full((2, 2), 3.0))
+    (dumped,) = (tmp_path / "not" / "yet").glob(f"dynamo_original_graph_1_rank_0_pid_{os.getpid()}_ts_*.{kind}")
+    text = dumped.read_text()
+    if kind == "py":
+        assert "mm (aten.mm.default): stream s1" in text and "add (aten.add.Tensor): stream main" in text
+        assert "def forward(" in text
+    elif kind == "txt":
+        assert ('op {\n  name: "mm"\n  type: "aten.mm.default"\n  input: "arg0_1:0"\n  attr { key: '
+                '"_user_stream_label" value { s: "s1" } }\n  output_desc { tensor: "float32[2, 2]" }\n}') in text
+        assert ('name: "add"\n  type: "aten.add.Tensor"\n  input: "mm:0"\n  attr { key: "_user_stream_label" '
+                'value { s: "main" } }') in text
+    else:
+        assert 'node {\n  name: "mm"\n  op: "aten.mm.default"\n  input: "arg0_1"\n' in text
+        assert 'attr { key: "stream" value { s: "s1" } }' in text
+        assert 'attr { key: "_output_shapes" value { s: "float32[2, 2]" } }' in text
+
+
+def test_aclgraph_graph_dump_py_makes_its_folder(tmp_path):
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    config.debug.graph_dump.type = "py"
+    config.debug.graph_dump.path = str(tmp_path / "new")
+    compiled = torch.compile(lambda x: x * 2, backend=torchair.get_npu_backend(compiler_config=config))
+    compiled(torch.ones(2, device="npu"))
+    names = sorted(p.name.split("_rank_")[0] for p in (tmp_path / "new").iterdir())
+    assert names == ["dynamo_optimized_graph_1", "dynamo_original_graph_1"]
