@@ -249,3 +249,94 @@ def test_aclgraph_graph_dump_py_makes_its_folder(tmp_path):
     compiled(torch.ones(2, device="npu"))
     names = sorted(p.name.split("_rank_")[0] for p in (tmp_path / "new").iterdir())
     assert names == ["dynamo_optimized_graph_1", "dynamo_original_graph_1"]
+
+
+# ------------------------------------------------------------------------------ data dump
+class _AddSub(torch.nn.Module):
+    def forward(self, data0, data1):
+        add_01 = torch.add(data0, data1)
+        with torchair.scope.data_dump():
+            sub_01 = torch.sub(data0, data1)
+        mul_01 = torch.mul(data0, data1)
+        return add_01, sub_01, mul_01
+
+
+def test_ge_data_dump_writes_ges_layout_for_the_selected_ops(tmp_path):
+    config = CompilerConfig()
+    config.dump_config.enable_dump = True
+    config.dump_config.dump_path = str(tmp_path)
+    config.dump_config.dump_layer = " Add "
+    config.dump_config.dump_mode = "output"
+    model = torch.compile(_AddSub(), backend=torchair.get_npu_backend(compiler_config=config))
+    a, b = torch.randn(2, 2).npu(), torch.randn(2, 2).npu()
+    model(a, b)
+    model(a, b)
+    (stamp,) = (tmp_path / "worldsize1_global_rank0").iterdir()
+    runs = sorted(p.name for p in (stamp / "0" / "graph_1" / "1").iterdir())
+    assert runs == ["0", "1"]                                  # one folder per iteration
+    files = sorted(p.name.split(".")[:2] for p in (stamp / "0" / "graph_1" / "1" / "0").iterdir())
+    assert files == [["Add", "Add"], ["Sub", "Sub"]]           # dump_layer's op and the data_dump scope's
+    (add,) = (stamp / "0" / "graph_1" / "1" / "1").glob("Add.Add.*")
+    dumped = torch.load(add)
+    assert list(dumped) == ["output"] and torch.equal(dumped["output"][0], a.cpu() + b.cpu())
+
+
+def test_ge_data_dump_step_selects_iterations(tmp_path):
+    config = CompilerConfig()
+    config.dump_config.enable_dump = True
+    config.dump_config.dump_path = str(tmp_path)
+    config.dump_config.dump_step = "1"
+    model = torch.compile(lambda x: x + 1, backend=torchair.get_npu_backend(compiler_config=config))
+    for _ in range(3):
+        model(torch.ones(2, device="npu"))
+    (stamp,) = (tmp_path / "worldsize1_global_rank0").iterdir()
+    assert [p.name for p in (stamp / "0" / "graph_1" / "1").iterdir()] == ["1"]
+
+
+@pytest.mark.parametrize("stage", ["optimized", "original"])
+def test_aclgraph_data_dump_saves_every_tensor_node_each_run(tmp_path, stage):
+    class Network(torch.nn.Module):
+        def forward(self, data0, data1):
+            mm_01 = torch.mm(data0, data1)
+            torch_npu.save_npugraph_tensor(mm_01, save_path=str(tmp_path / "user.pt"))
+            return mm_01, torch.add(mm_01, 1)
+
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    config.dump_config.enable_dump = True
+    config.dump_config.dump_path = str(tmp_path)
+    config.dump_config.data_dump_stage = stage
+    model = torch.compile(Network(), backend=torchair.get_npu_backend(compiler_config=config))
+    a, b = torch.ones(2, 2, device="npu"), torch.ones(2, 2, device="npu")
+    model(a, b)
+    model(a + 1, b)
+    names = sorted(p.name for p in (tmp_path / "worldsize1_global_rank0").iterdir())
+    # mm is saved by the user's op, not again by the dump
+    assert names == ["add_device_0_0.pt", "add_device_0_1.pt", "arg0_1_device_0_0.pt", "arg0_1_device_0_1.pt",
+                     "arg1_1_device_0_0.pt", "arg1_1_device_0_1.pt"]
+    assert sorted(p.name for p in tmp_path.glob("user*")) == ["user_device_0_0.pt", "user_device_0_1.pt"]
+    assert torch.equal(torch.load(tmp_path / "worldsize1_global_rank0" / "add_device_0_1.pt"), torch.full((2, 2), 5.0))
+    assert torch.equal(torch.load(tmp_path / "user_device_0_1.pt"), torch.full((2, 2), 4.0))
+
+
+def test_npugraph_ex_dump_tensor_data(tmp_path):
+    compiled = torch.compile(lambda x: x * 2, backend="npugraph_ex",
+                             options={"dump_tensor_data": True, "data_dump_dir": str(tmp_path)})
+    compiled(torch.ones(2, device="npu"))
+    assert sorted(p.name for p in (tmp_path / "worldsize1_global_rank0").iterdir()) == [
+        "arg0_1_device_0_0.pt", "mul_device_0_0.pt"]
+
+
+def test_save_npugraph_tensor_names_its_files_as_torch_npu(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    x = torch.arange(4.0, device="npu")
+    torch_npu.save_npugraph_tensor(x, save_path="a.pt")
+    torch_npu.save_npugraph_tensor(x, save_path="a.pt")
+    torch_npu.save_npugraph_tensor(x.cpu(), save_path="c")
+    torch_npu.save_npugraph_tensor(x, save_path="o.bin", overwrite=True)
+    torch.ops.npu.save_npugraph_tensor.tensor_list([x, x + 1], save_path="l.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_device_0_0.pt", "a_device_0_1.pt", "c_0.pt",
+                                                           "l_device_0_0.pt", "o_device_0.bin"]
+    assert torch.equal(torch.load("l_device_0_0.pt")[1], torch.arange(4.0) + 1)
+    with pytest.raises(ValueError, match="save_path must include a file name"):
+        torch_npu.save_npugraph_tensor(x, save_path="dir/")

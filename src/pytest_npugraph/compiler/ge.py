@@ -25,7 +25,7 @@ import torch
 
 from ..runtime import profiles
 from ..runtime.runtime import current
-from . import emit, fxgraph
+from . import data_dump, emit, fxgraph
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -69,6 +69,7 @@ class GeGraph:
                     if n.op not in ("placeholder", "output")]
         self.record = None
         self._plan_edges(gm)
+        self.data_dump = None if settings.data_dump_path is None else data_dump.GeDump(gm, name, settings)
         self._runner = _GeRunner(self)
         self._generation = None
         self.streams: dict = {}
@@ -146,6 +147,9 @@ class _GeRunner(Runner):
         rt.record_event(g.fork, self.launch)
         for stream in g.streams.values():
             rt.wait_event(g.fork, stream)
+        if g.data_dump is not None:
+            g.data_dump.begin(g.record.runs - 1, self.device)
+        self.task_id = 0
 
     def finish(self, rt, outputs):
         g = self.graph
@@ -188,6 +192,9 @@ class _GeRunner(Runner):
                 result = self.call(node, args, kwargs)
         finally:
             stream.cube_limit, stream.vector_limit = saved
+        self.task_id += 1
+        if g.data_dump is not None:
+            g.data_dump.node(node, args, kwargs, result, stream.sid, self.task_id)
         for edge in g.after.get(node, ()):
             rt.record_event(g.events[edge], stream)
         return result

@@ -12,7 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
-from . import fxgraph, graph_dump, stream_events
+from . import data_dump, fxgraph, graph_dump, stream_events
 from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
 from .ge import GeGraph
@@ -96,6 +96,9 @@ class NpuFxCompiler:
             _dump(settings, gm, original, name, graph.lane)
             return graph
         _dump(settings, gm, original, name)
+        if settings.data_dump_path is not None and settings.data_dump_stage == "original":
+            # TorchAir returns the AOT graph with the saves inserted: it runs eagerly
+            return Runner(data_dump.insert_saves(gm, data_dump.rank_dir(settings.data_dump_path))).run
         graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward",
                                  event_tags=self.event_tags)
         _dump(settings, graph.gm, f"dynamo_optimized_{name}", name)
