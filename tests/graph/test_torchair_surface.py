@@ -340,3 +340,44 @@ def test_save_npugraph_tensor_names_its_files_as_torch_npu(tmp_path, monkeypatch
     assert torch.equal(torch.load("l_device_0_0.pt")[1], torch.arange(4.0) + 1)
     with pytest.raises(ValueError, match="save_path must include a file name"):
         torch_npu.save_npugraph_tensor(x, save_path="dir/")
+
+
+# ------------------------------------------------------------------------------ dynamo_export
+class _Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x, y):
+        return self.lin(x) + y
+
+
+def test_dynamo_export_writes_the_export_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = _Lin().npu()
+    x, y = torch.randn(2, 2).npu(), torch.randn(2, 2).npu()
+    config = CompilerConfig()
+    assert torchair.dynamo_export(x, y, model=model, export_path="test_export_file_path", config=config) is None
+    folder = tmp_path / "test_export_file_path"
+    assert sorted(p.name for p in folder.iterdir()) == ["dynamo.pbtxt", "export.air", "options.json"]
+    src = (folder / "dynamo.pbtxt").read_text()
+    assert src.count('op: "Data"') == 2 and src.count('op: "Const"') == 2      # inputs; weight and bias
+    assert src.count('op: "Shape"') == 0 and src.count('op: "NetOutput"') == 1
+    assert 'op: "aten.addmm.default"' in src
+    assert (folder / "export.air").read_bytes().startswith(b"pytest-npugraph placeholder for a GE .air model")
+    assert set(__import__("json").loads((folder / "options.json").read_text())) == {"compile options",
+                                                                                   "execute options"}
+    # as TorchAir: the config is switched to export mode, and the model was not run
+    assert config.export.export_mode is True and config.export.export_name == "export"
+
+
+def test_dynamo_export_dynamic_has_shape_inputs(tmp_path):
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * x.size(0)
+
+    torchair.dynamo_export(torch.ones(5).npu(), model=Scale(), export_path=str(tmp_path), export_name="m",
+                           dynamic=True)
+    src = (tmp_path / "dynamo.pbtxt").read_text()
+    assert src.count('op: "Shape"') == 1 and src.count('op: "Data"') == 1
+    assert (tmp_path / "m.air").exists()

@@ -25,7 +25,7 @@ import torch
 
 from ..runtime import profiles
 from ..runtime.runtime import current
-from . import data_dump, emit, fxgraph
+from . import data_dump, emit, export, fxgraph
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -69,6 +69,8 @@ class GeGraph:
                     if n.op not in ("placeholder", "output")]
         self.record = None
         self._plan_edges(gm)
+        self.export = settings.export
+        self.settings = settings
         self.data_dump = None if settings.data_dump_path is None else data_dump.GeDump(gm, name, settings)
         self._runner = _GeRunner(self)
         self._generation = None
@@ -126,6 +128,8 @@ class GeGraph:
         rt.graphs.append(self.record)
 
     def __call__(self, *args):
+        if self.export is not None:             # dynamo_export: write the export, do not run
+            export.export(self.gm, self.name, self.lane, args, self.settings)
         rt = current()
         device = _device_of(args, rt)
         if self._generation != (rt.generation, device):

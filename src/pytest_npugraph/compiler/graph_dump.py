@@ -20,7 +20,7 @@ def _meta(node) -> str:
     return ""
 
 
-def _ops(gm, lanes):
+def _ops(gm, lanes, kinds=None):
     """(name, op, inputs, outputs, stream) of each node; ``lanes``: node -> stream tag (GE's plan),
     else the stream scopes in the graph or the nodes' stream labels."""
     if lanes is None:
@@ -29,7 +29,7 @@ def _ops(gm, lanes):
         if node.op == "output":
             op = "NetOutput"
         elif node.op == "placeholder":
-            op = "Data"
+            op = (kinds or {}).get(node, "Data")
         elif node.op == "get_attr":
             op = "Const"
         else:
@@ -53,8 +53,13 @@ def _txt(gm, name, lanes) -> str:
 
 
 def _pbtxt(gm, name, lanes) -> str:
+    return pbtxt(gm, lanes)
+
+
+def pbtxt(gm, lanes, kinds=None) -> str:
+    """TensorBoard-style nodes; ``kinds``: placeholder -> op ("Const" for a weight, "Shape" for a size)."""
     lines = []
-    for node, op, inputs, outputs, stream in _ops(gm, lanes):
+    for node, op, inputs, outputs, stream in _ops(gm, lanes, kinds):
         lines.append("node {")
         lines.append(f'  name: "{node}"')
         lines.append(f'  op: "{op}"')

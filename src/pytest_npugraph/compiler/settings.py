@@ -33,6 +33,8 @@ class Settings:
     dump_mode: str = "all"
     dump_step: str = ""
     dump_layer: str = ""
+    # dynamo_export: (export_path_dir, export_name, {id(weight): name}); None: run the graph
+    export: Optional[tuple] = field(default=None, compare=False)
     # aclgraph
     custom_pool: Any = None
     reuse_pool_in_fx: bool = True
@@ -111,7 +113,14 @@ def _from_torchair(config, cann_ge_9: bool) -> Settings:
         aicore_num=_raw(config.ge_config.aicore_num),
         data_dump_path=_raw(config.dump_config.dump_path) if _flag(config.dump_config.enable_dump) else None,
         data_dump_stage=_raw(config.dump_config.data_dump_stage), dump_mode=_raw(config.dump_config.dump_mode),
-        dump_step=_raw(config.dump_config.dump_step), dump_layer=_raw(config.dump_config.dump_layer))
+        dump_step=_raw(config.dump_config.dump_step), dump_layer=_raw(config.dump_config.dump_layer),
+        export=_export(config.export))
+
+
+def _export(export) -> Optional[tuple]:
+    if not _flag(export.export_mode):
+        return None
+    return (_raw(export.export_path_dir), export.export_name or "export", dict(export.weight_name or {}))
 
 
 def _from_npugraph_ex(config, backend: str, cann_ge_9: bool) -> Settings:
