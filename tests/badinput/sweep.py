@@ -85,6 +85,11 @@ MIRRORED = {
         "torch_npu/dynamo/torchair/inference/_cache_compiler.py: cache_compile",
     ("shims/torchair/inference/__init__.py", 'config = backend.keywords.get("compiler_config")'):
         "torch_npu/dynamo/torchair/inference/_cache_compiler.py: cache_compile",
+    # dynamo_export sets the config's export fields and reads the model's weights unchecked
+    ("shims/torchair/npu_export.py", "config.export.export_mode = True"):
+        "torch_npu/dynamo/torchair/npu_export.py: _get_export_config",
+    ("shims/torchair/npu_export.py", "for name, p in model.named_buffers():"):
+        "torch_npu/dynamo/torchair/npu_export.py: _get_model_weight_names",
 }
 
 

@@ -14,8 +14,11 @@ from torchair.core.utils import logger
 
 
 def _get_model_weight_names(model: torch.nn.Module) -> dict:
-    names = {id(p): name for name, p in model.named_buffers()}
-    names.update({id(p): name for name, p in model.named_parameters()})
+    names = {}
+    for name, p in model.named_buffers():
+        names[id(p)] = name
+    for name, p in model.named_parameters():
+        names[id(p)] = name
     return names
 
 
