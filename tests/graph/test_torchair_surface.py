@@ -381,3 +381,32 @@ def test_dynamo_export_dynamic_has_shape_inputs(tmp_path):
     src = (tmp_path / "dynamo.pbtxt").read_text()
     assert src.count('op: "Shape"') == 1 and src.count('op: "Data"') == 1
     assert (tmp_path / "m.air").exists()
+
+
+# ------------------------------------------------------------------------------ alias identity
+def test_npu_views_alias_their_base_as_cpu_views_do():
+    for device in ("cpu", "npu"):
+        x = torch.arange(6.0, device=device)
+        v = x[1:]
+        assert torch._C._is_alias_of(v, x) and torch._C._is_alias_of(x, v)
+        assert not torch._C._is_alias_of(x.clone(), x)
+        assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert v.storage_offset() == 1
+        assert x.is_set_to(x) and not v.is_set_to(x)
+    assert not torch._C._is_alias_of(torch.arange(2.0, device="npu"), torch.arange(2.0))
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead", "npugraph_ex"])
+def test_compiled_view_of_an_input_is_an_alias_of_it(mode):
+    if mode == "npugraph_ex":
+        backend = "npugraph_ex"
+    else:
+        config = CompilerConfig()
+        config.mode = mode
+        backend = torchair.get_npu_backend(compiler_config=config)
+    model = torch.compile(lambda x: x[1:4, 1:4].transpose(0, 1), backend=backend, dynamic=True)
+    x = torch.randn(4, 4, device="npu")
+    res = model(x)
+    assert torch._C._is_alias_of(res, x)
+    assert (res.size(), res.stride(), res.storage_offset()) == (torch.Size([3, 3]), (1, 4), 5)
+    assert torch.equal(res.cpu(), x.cpu()[1:4, 1:4].t())

@@ -131,6 +131,9 @@ def install(npu_module) -> None:
     from .ops import library
 
     library.install()
+    from . import aliasing
+
+    aliasing.install()
     serialization.install()
     autocast.install()
     _installed = True
