@@ -410,3 +410,22 @@ def test_compiled_view_of_an_input_is_an_alias_of_it(mode):
     assert torch._C._is_alias_of(res, x)
     assert (res.size(), res.stride(), res.storage_offset()) == (torch.Size([3, 3]), (1, 4), 5)
     assert torch.equal(res.cpu(), x.cpu()[1:4, 1:4].t())
+
+
+# ------------------------------------------------------------------------------ mixed precision
+def test_fp16_activations_into_an_fp32_linear_promote_as_aclnn(npugraph):
+    """aclnnMm/aclnnAddmm take operands of different float dtypes and compute in the promoted one
+    (CPU torch raises "mat1 and mat2 must have the same dtype")."""
+    lin = torch.nn.Linear(4, 2).npu()
+    x16 = torch.randn(3, 4, dtype=torch.float16).npu()
+    expected = torch.nn.functional.linear(x16.cpu().float(), lin.weight.detach().cpu(), lin.bias.detach().cpu())
+    y = lin(x16)
+    assert y.dtype == torch.float32 and torch.allclose(y.cpu(), expected)
+    assert (x16 @ lin.weight.t()).dtype == torch.float32
+    assert torch.bmm(x16[None], lin.weight.t()[None]).dtype == torch.float32
+    compiled = torch.compile(lin, backend=torchair.get_npu_backend())
+    assert torch.allclose(compiled(x16).cpu(), expected)
+    casts = [k for k in npugraph.trace.records if getattr(k, "op", "").startswith("aten::_to_copy")]
+    assert casts                                     # the promotion is device work (aclnn's Cast)
+    with pytest.raises(RuntimeError):                # integer operands are not promoted
+        torch.ones(2, 2, dtype=torch.int32, device="npu") @ torch.ones(2, 2, device="npu")
