@@ -429,3 +429,59 @@ def test_fp16_activations_into_an_fp32_linear_promote_as_aclnn(npugraph):
     assert casts                                     # the promotion is device work (aclnn's Cast)
     with pytest.raises(RuntimeError):                # integer operands are not promoted
         torch.ones(2, 2, dtype=torch.int32, device="npu") @ torch.ones(2, 2, device="npu")
+
+
+# ------------------------------------------------------------------------------ torchair.ge, llm_datadist
+_CUSTOM = torch.library.Library("pytest_npugraph_custom", "DEF")
+_CUSTOM.define("scaled_add(Tensor x, Tensor y, float alpha) -> Tensor")
+torch.library.impl(_CUSTOM, "scaled_add", "Meta")(lambda x, y, alpha: torch.empty_like(x))
+torch.library.impl(_CUSTOM, "scaled_add", "PrivateUse1")(lambda x, y, alpha: x + alpha * y)
+torch.library.impl(_CUSTOM, "scaled_add", "CPU")(lambda x, y, alpha: x + alpha * y)
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
+def test_a_custom_op_with_a_ge_converter_runs_in_a_graph(mode):
+    """TorchAir's custom-op recipe: a torch.library op with Meta and NPU kernels and a GE converter
+    built with torchair.ge; the emulator keeps the converter and runs the kernel."""
+    from torchair import ge
+
+    @torchair.register_fx_node_ge_converter(torch.ops.pytest_npugraph_custom.scaled_add.default)
+    def convert(x, y, alpha, meta_outputs=None):
+        return ge.custom_op("ScaledAdd", inputs={"x": x, "y": y}, outputs=["z"], attrs={"alpha": ge.attr.Float(alpha)})
+
+    assert torch.ops.pytest_npugraph_custom.scaled_add.default._ge_converter is convert
+    config = CompilerConfig()
+    config.mode = mode
+    compiled = torch.compile(lambda x, y: torch.ops.pytest_npugraph_custom.scaled_add(x, y, 0.5) * 2,
+                             backend=torchair.get_npu_backend(compiler_config=config), fullgraph=True)
+    x, y = torch.ones(3, device="npu"), torch.full((3,), 4.0, device="npu")
+    assert torch.equal(compiled(x, y).cpu(), torch.full((3,), 6.0))
+
+
+def test_torchair_ge_public_names_and_builders_say_what_is_not_emulated():
+    from torchair import ge
+
+    assert sorted(ge.__all__) == sorted(["custom_op", "Const", "Cast", "DataType", "Format", "Tensor", "TensorSpec",
+                                         "Clone"])
+    assert ge.DataType.DT_FLOAT16 == 1 and ge.DataType.DT_BF16 == 27 and ge.Format.FORMAT_ND.value == 2
+    assert ge.attr.ListInt([1, 2]).value == [1, 2]
+    with pytest.raises(AssertionError, match="Int attr value must be int"):
+        ge.attr.Int(1.5)
+    with pytest.raises(NotImplementedError, match="does not build GE graphs"):
+        ge.Const(1.0)
+    with pytest.raises(NotImplementedError, match=r"torchair.ge.custom_op\('X'\)"):
+        ge.custom_op("X")
+    # the former paths still import
+    from torchair.ge_concrete_graph.fx2ge_converter import declare_supported, register_fx_node_ge_converter  # noqa
+    from torchair.ge_concrete_graph.ge_graph import DataType, Tensor, TensorSpec  # noqa: F401
+    import torchair.ge_concrete_graph.ge_converter.experimental.hcom_allgather  # noqa: F401
+
+
+def test_llm_datadist_checks_then_says_it_is_not_emulated():
+    from torchair import llm_datadist
+
+    assert llm_datadist.__all__ == ["create_npu_tensors"]
+    with pytest.raises(TypeError, match="shape only support"):
+        llm_datadist.create_npu_tensors(4, torch.float16, [0])
+    with pytest.raises(NotImplementedError, match="does not emulate LLM-DataDist"):
+        llm_datadist.create_npu_tensors([2, 2], torch.float16, [0x1000])
