@@ -485,3 +485,24 @@ def test_llm_datadist_checks_then_says_it_is_not_emulated():
         llm_datadist.create_npu_tensors(4, torch.float16, [0])
     with pytest.raises(NotImplementedError, match="does not emulate LLM-DataDist"):
         llm_datadist.create_npu_tensors([2, 2], torch.float16, [0x1000])
+
+
+# ------------------------------------------------------------------------------ _optimize_fx
+def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch):
+    """TorchAir's smoke tests wrap ``torchair.npu_fx_compiler._optimize_fx`` to look at the optimised
+    graph; the backend calls it through the module attribute."""
+    import torchair.npu_fx_compiler as compiler_module
+
+    seen = []
+    original = compiler_module._optimize_fx
+
+    def wrapper(gm, config, observer):
+        result = original(gm, config, observer)
+        seen.append([str(n.target) for n in result.graph.nodes if n.op == "call_function"])
+        return result
+
+    monkeypatch.setattr(compiler_module, "_optimize_fx", wrapper)
+    torchair._acl_concrete_graph.replace_stream_event.GraphCounter.set_graph_id(-1)
+    compiled = torch.compile(lambda x: x.view(-1) + 1, backend=torchair.get_npu_backend(), fullgraph=True)
+    assert torch.equal(compiled(torch.ones(2, 2, device="npu")).cpu(), torch.full((4,), 2.0))
+    assert seen == [["aten.reshape.default", "aten.add.Tensor"]]          # view -> reshape already done

@@ -82,7 +82,7 @@ class NpuFxCompiler:
         mutated = fxgraph.mutated_user_inputs(gm)
         log.debug("find mutated user inputs: %s", mutated)
         name = next_graph_name()
-        gm = optimize_fx(gm, settings, example_inputs)
+        gm = (settings.optimize or optimize_fx)(gm, settings, example_inputs)
         fxgraph.valid_graph(gm)
         original = f"dynamo_original_graph_{name.split('_')[1]}"
         if mode == "max-autotune":

@@ -33,6 +33,9 @@ class Settings:
     dump_mode: str = "all"
     dump_step: str = ""
     dump_layer: str = ""
+    # the FX optimisation step (pipeline.optimize_fx), or a callable (gm, settings, example_inputs) -> gm that
+    # replaces it: torchair's npu_fx_compiler._optimize_fx, looked up at each compile (tests wrap it)
+    optimize: Optional[Callable] = field(default=None, compare=False)
     # dynamo_export: (export_path_dir, export_name, {id(weight): name}); None: run the graph
     export: Optional[tuple] = field(default=None, compare=False)
     # aclgraph

@@ -16,6 +16,7 @@ from torchair.core.utils import logger
 from torchair.npu_export import dynamo_export
 from torchair._ge_concrete_graph.fx2ge_converter import register_fx_node_ge_converter
 
+import torchair._acl_concrete_graph.replace_stream_event  # noqa: E402,F401
 import torchair.inference  # noqa: E402,F401
 import torchair.ops  # noqa: E402,F401
 import torchair.scope  # noqa: E402,F401
