@@ -288,6 +288,10 @@ def install(npu_module) -> None:
     from .ops import library
 
     library.install()
+    from . import aliasing, mixed_precision
+
+    aliasing.install()
+    mixed_precision.install()
     serialization.install()
     autocast.install()
     _installed = True
