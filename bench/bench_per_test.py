@@ -8,6 +8,7 @@ plugin's share goes (cProfile of the 'on' run, the plugin's own functions).
 """
 import json
 import os
+import pytest
 import statistics
 import subprocess
 import sys
@@ -36,20 +37,41 @@ def test_few_tensors(i):
 
 
 class _Timer:
+    """CPU time of each test's whole protocol, and of its setup, call and teardown phases."""
+
     def __init__(self):
         self.times = []
+        self.phases = {"setup": [], "call": [], "teardown": []}
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
         start = time.process_time()
-        yield
-        self.times.append(time.process_time() - start)
+        try:
+            return (yield)
+        finally:
+            self.times.append(time.process_time() - start)
 
-    pytest_runtest_protocol.hookwrapper = True
+    def _phase(self, name):
+        start = time.process_time()
+        try:
+            yield
+        finally:
+            self.phases[name].append(time.process_time() - start)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._phase("setup"))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item):
+        return (yield from self._phase("call"))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        return (yield from self._phase("teardown"))
 
 
 def one(mode: str, folder: str, profile: bool) -> None:
-    import pytest
-
     timer = _Timer()
     os.environ["BENCH_DEVICE"] = "npu" if mode == "on" else "cpu"
     args = [folder, "-q", "-p", "no:randomly", "-p", "no:cacheprovider"] + (["-p", "no:npugraph"] if mode == "off" else [])
@@ -68,7 +90,8 @@ def one(mode: str, folder: str, profile: bool) -> None:
             finally:
                 sys.stdout = saved
     warm = timer.times[20:]          # the first tests pay imports and first-use caches
-    print(json.dumps({"median": statistics.median(warm), "n": len(warm)}))
+    phases = {name: statistics.median(times[20:]) for name, times in timer.phases.items()}
+    print(json.dumps({"median": statistics.median(warm), "n": len(warm), "phases": phases}))
 
 
 def main(rounds: int = 3, profile: bool = False) -> None:
@@ -77,18 +100,25 @@ def main(rounds: int = 3, profile: bool = False) -> None:
         Path(tmp, "pytest.ini").write_text("[pytest]\n")
         env = dict(os.environ, OMP_NUM_THREADS="1")
         results = {"on": [], "off": []}
+        phases = {"on": [], "off": []}
         for _ in range(rounds):
             for mode in ("on", "off"):
                 out = subprocess.run([sys.executable, __file__, "--one", mode, tmp] + (["--profile"] if profile else []),
                                      env=env, check=True, capture_output=True, text=True)
                 if profile and mode == "on":
                     sys.stderr.write(out.stderr)
-                results[mode].append(json.loads(out.stdout.strip().splitlines()[-1])["median"])
+                found = json.loads(out.stdout.strip().splitlines()[-1])
+                results[mode].append(found["median"])
+                phases[mode].append(found["phases"])
     on, off = statistics.median(results["on"]), statistics.median(results["off"])
     print(f"{TESTS} tests making a few tensors, median per-test CPU time over {rounds} processes each")
     print(f"  with pytest-npugraph (npu tensors) : {on * 1e3:6.2f} ms")
     print(f"  -p no:npugraph (cpu tensors)       : {off * 1e3:6.2f} ms")
     print(f"  added per test                     : {(on - off) * 1e3:6.2f} ms  (goal <= 2 ms)")
+    for name in ("setup", "call", "teardown"):
+        a = statistics.median(p[name] for p in phases["on"])
+        b = statistics.median(p[name] for p in phases["off"])
+        print(f"    {name:8s} {a * 1e3:6.2f} ms vs {b * 1e3:6.2f} ms")
 
 
 if __name__ == "__main__":
