@@ -3,7 +3,7 @@
 vLLM-Ascend and its peers register custom ops with ``torch.library`` for ``PrivateUse1`` (``Library.impl``,
 ``torch.library.impl(..., "npu")``, ``custom_op(..., device_types="npu")``, vLLM's
 ``direct_register_custom_op``): on hardware those kernels run with the NPU tensors.  The dispatch core
-calls them the same way (``tensor._npu_key_or_run``), so the ops inside are dispatched, recorded and
+calls them the same way (``special_ops._npu_key_or_run``), so the ops inside are dispatched, recorded and
 checked like any others.  The emulator's own npu-key registrations (``backend``, torchair's control
 ops, SuperKernel scopes) are told apart by where they were registered.
 """
