@@ -293,6 +293,10 @@ def install(npu_module) -> None:
 
     library.install()
     storage.install()
+    from . import aliasing, mixed_precision
+
+    aliasing.install()
+    mixed_precision.install()
     serialization.install()
     autocast.install()
     _installed = True

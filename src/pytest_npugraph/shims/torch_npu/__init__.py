@@ -53,6 +53,8 @@ def _export_torch_ops() -> None:
             setattr(torch, name, _deprecated_torch_op(name))
 
 
+from .npu import _save_tensor  # noqa: E402,F401  (npu::save_npugraph_tensor, torch_npu.save_npugraph_tensor)
+
 _export_torch_ops()
 
 
