@@ -92,10 +92,17 @@ _HOST_KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "BackendSelect"
 def _host_op(func, plan, args, kwargs):
     """torchair's control ops (``air::``: scopes, events, record_stream by tag, wait_tensor) act on
     the host and the runtime, not as device tasks: their kernel runs on the NPU tensors themselves."""
-    for key in _HOST_KERNEL_KEYS:
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-            return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
+    key = _host_keys.get(func, _UNKNOWN)
+    if key is _UNKNOWN:     # torchair's registrations are made once per process: ask the dispatcher once
+        key = _host_keys[func] = next((getattr(torch._C.DispatchKey, k) for k in _HOST_KERNEL_KEYS
+                                       if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k)), None)
+    if key is not None:
+        return func._op_dk(key, *args, **kwargs)
     return _run(func, plan, args, kwargs)
+
+
+_host_keys: dict = {}       # air:: OpOverload -> the dispatch key of its kernel, or None
+_UNKNOWN = object()
 
 
 def _npu_key_or_run(func, plan, args, kwargs):
