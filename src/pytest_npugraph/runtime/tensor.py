@@ -711,17 +711,15 @@ def read_to_host(rt, t: NpuTensor, op: str) -> None:
     rt.host_sync("read", device=t.device.index, stream=stream, site=user_site(3))
 
 
-# ---------------------------------------------------------------- special ops
-
-
+# ---------------------------------------------------------------- op handlers
 def _plan(func) -> _Plan:
+    """``func``'s plan (for handlers that dispatch another op themselves)."""
     plan = _plans.get(func)
     if plan is None:
         plan = _plans[func] = _Plan(func)
     return plan
 
 
-# ---------------------------------------------------------------- op handlers
 _HANDLERS: dict = {}    # "ns::op" / "ns::*" / "*" -> handler(func, plan, args, kwargs), or None: the common path
 
 
