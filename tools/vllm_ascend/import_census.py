@@ -5,9 +5,12 @@ Usage: ``python tools/vllm_ascend/import_census.py SRC_DIR [--only ops,attention
 
 ``SRC_DIR`` holds vLLM-Ascend's ``vllm_ascend/`` package (set up with ``tools/vllm_ascend/setup.sh``, whose
 venv must be the one running this).  Every module of the package (``vllm_ascend`` itself, then each ``.py``
-below it in name order; by default only those under ops/attention/quantization/worker, ``--only`` names other
-subpackages, ``--all`` takes every module) is imported
-in one pytest session with the plugin active, as a test suite would import them.  Printed: ``N of M import``
+below it; by default those under ops, quantization, attention and worker, in that order, ``--only`` names other
+subpackages, ``--all`` takes every module, ops first) is imported
+in one pytest session with the plugin active, as a test suite would import them.  The order is vLLM-Ascend's
+own: its platform registers the ops before vLLM loads a quantization config, an attention backend and the
+worker (importing ``attention.attention_v1`` first fails on a circular import through ``device.device_op`` and
+``ops``, on a real NPU too).  Printed: ``N of M import``
 per subpackage and in all, then the failures grouped by their exception line (the first ``ModuleNotFoundError``
 / ``ImportError`` / ``AttributeError`` text), each with its modules.  Exit status 0.
 """
@@ -25,9 +28,14 @@ HERE = pathlib.Path(__file__).resolve()
 
 
 def modules(src: pathlib.Path, only) -> list:
+    """The package, then its modules subpackage by subpackage in ``only``'s order (every subpackage, ops first,
+    when ``only`` is empty), each subpackage's in name order."""
     root = src / "vllm_ascend"
     names = ["vllm_ascend"]
-    for path in sorted(root.rglob("*.py")):
+    order = {name: i for i, name in enumerate(only or ["ops"])}
+    paths = sorted(root.rglob("*.py"), key=lambda p: (order.get(p.relative_to(root).parts[0], len(order)),
+                                                      str(p.relative_to(root))))
+    for path in paths:
         rel = path.relative_to(src).with_suffix("")
         parts = list(rel.parts)
         if parts[-1] == "__init__":
@@ -85,8 +93,9 @@ class _Params:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("src")
-    parser.add_argument("--only", default="ops,attention,quantization,worker",
-                        help="comma-separated subpackages (default: ops,attention,quantization,worker)")
+    parser.add_argument("--only", default="ops,quantization,attention,worker",
+                        help="comma-separated subpackages, imported in this order (default: "
+                             "ops,quantization,attention,worker)")
     parser.add_argument("--all", action="store_true", help="every module of the package")
     parser.add_argument("-v", action="store_true", help="list every module with its outcome")
     args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ PY="$VENV/bin/python"
     cachetools msgspec cloudpickle blake3 prometheus_client transformers pyyaml regex requests tqdm \
     py-cpuinfo safetensors scipy decorator uvloop llguidance loguru frozendict
 # these pin a torch of their own: installed without their dependencies (the ones they import are above)
-"$PY" -m pip install --quiet --no-deps compressed-tensors "xgrammar>=0.2.0,<1.0.0" apache-tvm-ffi
+"$PY" -m pip install --quiet --no-deps compressed-tensors "xgrammar>=0.2.0,<1.0.0" apache-tvm-ffi numba llvmlite
 if "$PY" -c "import triton" 2>/dev/null; then
     echo "note: triton is installed in $VENV; vLLM-Ascend then takes its triton paths (rope, ...), which" \
          "need a real NPU: pip uninstall triton for the emulated runs" >&2
