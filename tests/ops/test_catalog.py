@@ -274,6 +274,7 @@ EXAMPLES = {
     "npu_rms_norm_dynamic_mx_quant": lambda: ((torch.randn(3, 64, dtype=torch.bfloat16), torch.rand(64,
                                                                                                 dtype=torch.bfloat16)),
                                               {"dst_type": 24}),
+    "npu_dynamic_block_quant": lambda: ((torch.randn(3, 130, dtype=torch.float16),), {"col_block_size": 128}),
     "npu_sign_bits_pack": lambda: ((torch.randn(20),), {"size": 3}),
     "npu_sign_bits_unpack": lambda: ((torch.randint(0, 256, (4,), dtype=torch.uint8), 2, torch.float16), {}),
     "npu_add_rms_norm_dynamic_mx_quant": lambda: ((torch.randn(3, 64, dtype=torch.float16),

@@ -16,7 +16,7 @@ NEW = ["npu_transpose_batchmatmul", "npu_transpose_quant_batchmatmul", "_npu_mat
        "npu_grouped_matmul_swiglu_quant", "npu_grouped_matmul_swiglu_quant_v2", "npu_quant_grouped_matmul_dequant",
        "_npu_paged_attention_get_workspace", "npu_paged_cache_load.out", "_npu_flash_attention_unpad",
        "_npu_flash_attention_unpad_v2", "_npu_flash_attention", "npu_rms_norm_dynamic_mx_quant",
-       "npu_add_rms_norm_dynamic_mx_quant", "npu_sign_bits_pack", "npu_sign_bits_unpack"]
+       "npu_add_rms_norm_dynamic_mx_quant", "npu_sign_bits_pack", "npu_sign_bits_unpack", "npu_dynamic_block_quant"]
 
 
 def _shapes(out):
