@@ -41,7 +41,11 @@ class NpuGraph:
 
     @property
     def trace(self):
-        """The recorded trace (plain data: see ``pytest_npugraph.trace``)."""
+        """The recorded trace (plain data: see ``pytest_npugraph.trace``), with the traces of the processes
+        the test started so far (inherit.py)."""
+        from .inherit import absorb
+
+        absorb()
         return self.runtime.trace
 
     @property
@@ -74,7 +78,7 @@ class NpuGraph:
             raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
         from .runtime.executor import DeviceHang
 
-        before = {h.key for h in self._hazards.analyze()}
+        before = {h.key for h in self._hazards.analyze()}      # (with the children's traces so far)
         start = len(self.runtime.trace)
         hang = None
         try:
@@ -83,6 +87,9 @@ class NpuGraph:
             if kind not in ("deadlock", "event-misuse"):
                 raise
             hang = exc
+        from .inherit import absorb
+
+        absorb()
         end = len(self.runtime.trace)
         found = [h for h in self._hazards.analyze()
                  if h.kind == kind and h.key not in self._hazards.absorbed

@@ -118,11 +118,14 @@ class Pending:
 
 
 def binding():
-    """``(job, rank)`` of the calling thread: its run_ranks rank, or None outside run_ranks."""
+    """``(job, rank)`` of the calling thread: its run_ranks rank, else the rank of this process
+    (process_ranks.py), else None."""
     from .runtime import peek
 
     rt = peek()
-    return None if rt is None else rt.thread().rank
+    if rt is None:
+        return None
+    return rt.thread().rank or rt.extensions.get("collectives.process")
 
 
 # ---------------------------------------------------------------------------------- job
@@ -196,6 +199,11 @@ class Job:
         writes = [s for s in map(span, call.outputs) if s is not None]
         kseq = rt.kernel(stream, call.kernel, reads, writes, cores=cores, site=call.site,
                          collective=(comm.name, seq))
+        self._queue(comm, seq, rank, call, stream, kseq)
+
+    def _queue(self, comm: Communicator, seq: int, rank: int, call: Call, stream, kseq: int) -> None:
+        """Queue the recorded collective on its stream, to complete with its peers' (``_ready``)."""
+        rt = self.runtime
         with self.cond:
             self._check_failed()
             key = (comm.name, seq)

@@ -17,6 +17,7 @@ import sys
 
 import torch.distributed as dist
 
+from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as _collectives
 
 from . import _process_group
@@ -34,6 +35,8 @@ def _outside_run_ranks(bound) -> None:
     fail at once.  torch would first rendezvous (``env://`` with ``MASTER_ADDR``/``MASTER_PORT`` set waits
     for the other ranks, which never come, until its 30-minute timeout)."""
     if _collectives.binding() is not None:      # a rank thread of npugraph.run_ranks: its own rendezvous
+        return
+    if CONTEXT.child:       # a process a test started: its peers are processes too (process_ranks.py)
         return
     backend = bound.arguments.get("backend")
     if backend is not None and not any(name in str(backend).lower() for name in ("hccl", "lccl")):

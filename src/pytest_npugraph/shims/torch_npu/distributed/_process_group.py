@@ -18,8 +18,9 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
+from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as C
-from pytest_npugraph.runtime import hccl_modes
+from pytest_npugraph.runtime import hccl_modes, process_ranks
 from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
@@ -225,15 +226,20 @@ def create(dist_backend_opts, backend_options):
     size, rank = dist_backend_opts.group_size, dist_backend_opts.group_rank
     ranks = list(dist_backend_opts.global_ranks_in_group)
     bound = C.binding()
-    if bound is None:
+    world = not ranks and (bound is None or isinstance(bound[0], process_ranks.ProcessJob))
+    timeout = dist_backend_opts.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
+    if world and size > 1 and CONTEXT.child:      # this process is one rank of a world of processes
+        job = process_ranks.world_job(current(), size, rank, dist_backend_opts.store,
+                                      min(seconds, C.DEFAULT_TIMEOUT))
+        thread = rank
+    elif bound is None or world:
         job, thread = _main_thread_job(size), 0
     else:
         job, thread = bound
         if not ranks:
             _check_world(job, thread, rank, size)
     members = tuple(ranks) if ranks else tuple(range(size))
-    timeout = dist_backend_opts.timeout
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
     options = backend_options if isinstance(backend_options, ProcessGroupHCCL.Options) else ProcessGroupHCCL.Options()
     mode = hccl_modes.communicator_mode(job.runtime.devices[0].profile.name, options.hccl_config)
     comm = job.communicator(thread, str(dist_backend_opts.group_id), members, seconds, mode)
