@@ -52,13 +52,19 @@ class NpuGraph:
     def graphs(self) -> list:
         return self.runtime.graphs
 
-    def run_ranks(self, fn, *args) -> list:
+    def run_ranks(self, fn, *args, processes: bool = False) -> list:
         """Run ``fn(rank, *args)`` once per emulated device, each in its own thread with its own
         current device (rank r drives ``npu:r``) and ``torch.distributed`` environment (backend
         ``"hccl"``); returns the results in rank order.  A rank's exception is re-raised (with a
-        note naming the rank); collectives that can never complete raise ``CollectiveError``."""
+        note naming the rank); collectives that can never complete raise ``CollectiveError``.
+        ``processes=True``: each rank is a process of its own, as ``torch.multiprocessing.spawn``
+        starts them (``fn`` and ``args`` must pickle); their traces join the test's."""
         if not callable(fn):
             raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
+        if processes:
+            from .runtime import rank_processes
+
+            return rank_processes.run(fn, args, self.device_count)
         from torch_npu.distributed import _ranks
 
         from .runtime import collectives

@@ -80,6 +80,10 @@ class Communicator:
     members: tuple        # the rank (thread / device) of each group rank
     timeout: float
     mode: str = "HOST"    # HCCL op expansion mode of its collectives (hccl_modes.py)
+    devices: tuple = ()   # the NPU each group rank drives (() : rank r drives npu:r)
+
+    def device(self, grank: int) -> int:
+        return self.devices[grank] if self.devices else self.members[grank]
 
 
 @dataclass(eq=False)
@@ -111,6 +115,9 @@ class Pending:
     done: bool = False
 
     def describe(self) -> str:
+        if self.op == "p2p":
+            src, dst = self.comm.members
+            return f"send #{self.seq} from rank {src} to rank {dst} ({self.comm.name!r})"
         return f"{self.op} #{self.seq} of communicator {self.comm.name!r}"
 
     def missing(self) -> list:
@@ -160,8 +167,10 @@ class Job:
             name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
             comm = self.comms.get(name)
             if comm is None:
-                comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout, mode)
-                devices = tuple(sorted(set(comm.members)))
+                comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout, mode,
+                                                       () if self.bound_devices else
+                                                       (self.runtime.current_device(),) * len(members))
+                devices = tuple(sorted(set(comm.device(g) for g in range(len(members)))))
                 self.runtime.marker(T.GroupCreated, group=name, devices=devices, site=user_site(4))
             elif comm.members != tuple(members):
                 raise self._fail(CollectiveError(
@@ -172,6 +181,34 @@ class Job:
 
     def by_name(self, name: str) -> Optional[Communicator]:
         return self.comms.get(name)
+
+    # -- point-to-point
+    def pair(self, comm: Communicator, src: int, dst: int) -> Communicator:
+        """The channel of ``comm``'s sends from group rank ``src`` to ``dst``: HCCL pairs the n-th send
+        from src to dst with dst's n-th receive from src, so each direction numbers its own (a
+        two-member communicator, ``<comm>/p2p:<src>-><dst>``, with its ``GroupCreated``)."""
+        name = f"{comm.name}/p2p:{comm.members[src]}->{comm.members[dst]}"
+        with self.cond:
+            channel = self.comms.get(name)
+            if channel is None:
+                devices = (comm.device(src), comm.device(dst))
+                channel = self.comms[name] = Communicator(name, comm.torch_name, (comm.members[src], comm.members[dst]),
+                                                          comm.timeout, comm.mode, devices)
+                self.runtime.marker(T.GroupCreated, group=name, devices=tuple(sorted(set(devices))),
+                                    site=user_site(5))
+            return channel
+
+    def point_to_point(self, comm: Communicator, rank: int, kind: str, tensor, peer: int) -> None:
+        """Rank ``rank``'s ``kind`` ("send" / "recv") of ``tensor`` to / from group rank ``peer``:
+        a task on its current stream that completes when the peer's matching receive / send also
+        heads its stream (a send nobody receives never completes: a device hang, not a wait)."""
+        me = comm.members.index(rank)
+        if peer == me or not 0 <= peer < len(comm.members):
+            raise ValueError(f"{kind}: invalid peer rank {peer} for rank {me} of a group of {len(comm.members)}")
+        src, dst = (me, peer) if kind == "send" else (peer, me)
+        call = Call("p2p", f"hccl::{kind}", (tensor,) if kind == "send" else (),
+                    (tensor,) if kind == "recv" else (), {"kind": kind})
+        self.issue(self.pair(comm, src, dst), rank, call)
 
     # -- collectives
     def issue(self, comm: Communicator, rank: int, call: Call) -> None:
@@ -722,12 +759,24 @@ def _barrier(calls):
     return None
 
 
+def _p2p(calls):
+    """A send (group rank 0 of its channel) and the receive that pairs with it: same size and dtype."""
+    send, recv = calls
+    if send.params["kind"] != "send" or recv.params["kind"] != "recv":
+        raise CollectiveError("a point-to-point channel pairs a send with a receive")
+    source, target = send.inputs[0], recv.outputs[0]
+    if source.numel() != target.numel() or source.dtype != target.dtype:
+        raise CollectiveError(f"rank {send.thread} sends {_meta(source)} but rank {recv.thread} receives into "
+                              f"{_meta(target)}: HCCL needs the same count and dtype on both sides")
+    _p(target).copy_(_p(source).reshape(_p(target).shape))
+
+
 MATH = {
     "all_reduce": _all_reduce, "reduce": _reduce_to_root, "broadcast": _broadcast,
     "all_gather": _all_gather, "all_gather_into_tensor": _all_gather_into_tensor,
     "reduce_scatter": _reduce_scatter, "reduce_scatter_tensor": _reduce_scatter_tensor,
     "all_to_all": _all_to_all, "all_to_all_single": _all_to_all_single,
-    "gather": _gather, "scatter": _scatter, "barrier": _barrier,
+    "gather": _gather, "scatter": _scatter, "barrier": _barrier, "p2p": _p2p,
 }   # + the MC2 ops' collective math, read off their specs (``OpSpec.mc2_math``) by install()
 
 

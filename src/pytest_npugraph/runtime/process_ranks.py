@@ -118,13 +118,13 @@ class ProcessJob(C.Job):
         name = f"hccl/{torch_name}" + (f".{n}" if n else "")
         comm = self.comms.get(name)
         if comm is None:
-            comm = self.comms[name] = C.Communicator(name, torch_name, tuple(members), timeout, mode)
-            me = comm.members.index(rank)
+            me = tuple(members).index(rank)
             self.store.set(f"device/{name}/{me}", str(self.runtime.current_device()))
-            keys = [f"device/{name}/{g}" for g in range(len(comm.members))]
+            keys = [f"device/{name}/{g}" for g in range(len(members))]
             self.store.wait(keys, timedelta(seconds=min(timeout, self.timeout)))
-            devices = tuple(sorted({int(self.store.get(k)) for k in keys}))
-            self.runtime.marker(T.GroupCreated, group=name, devices=devices, site=user_site(4))
+            devices = tuple(int(self.store.get(k)) for k in keys)
+            comm = self.comms[name] = C.Communicator(name, torch_name, tuple(members), timeout, mode, devices)
+            self.runtime.marker(T.GroupCreated, group=name, devices=tuple(sorted(set(devices))), site=user_site(4))
         return comm
 
     # -- collectives

@@ -213,11 +213,25 @@ class HcclProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._run("barrier")
 
-    def _point_to_point(self, *args, **kwargs):
-        raise NotImplementedError("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
-                                  "pytest-npugraph's hccl backend; use collectives")
+    # -- point-to-point (collectives.Job.point_to_point: HCCL's pairing, per direction, in issue order)
+    def _p2p(self, kind: str, tensors, peer: int):
+        if C.binding() != self._owner:
+            raise RuntimeError(f"{kind}: process group {self._name!r} belongs to rank {self._thread}'s thread; a "
+                               f"rank uses the groups it created")
+        if len(tensors) != 1:
+            raise RuntimeError(f"{kind}: the hccl backend takes one tensor per call, got {len(tensors)}")
+        self._job.point_to_point(self._comm, self._thread, kind, tensors[0], peer)
+        return _done(list(tensors))
 
-    send = recv = recv_anysource = _point_to_point
+    def send(self, tensors, dstRank, tag=0):
+        return self._p2p("send", tensors, dstRank)
+
+    def recv(self, tensors, srcRank, tag=0):
+        return self._p2p("recv", tensors, srcRank)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("ProcessGroupHCCL does not support recv from any source (recv_anysource): HCCL pairs "
+                           "each receive with a send of a named rank; pass src")
 
 
 # ------------------------------------------------------------------------------ creator
