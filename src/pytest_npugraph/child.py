@@ -93,13 +93,32 @@ def start(directory: str, forked: bool = False) -> None:
     os.environ[inherit.ENV] = directory
     _directory, _pid = directory, os.getpid()
     atexit.register(write_trace)
-    if forked:      # fork children leave through os._exit: multiprocessing's finalizers still run
-        from multiprocessing import util
-
-        util.Finalize(None, write_trace, exitpriority=100)
     if hasattr(os, "register_at_fork") and not getattr(start, "_registered", False):
         start._registered = True
         os.register_at_fork(after_in_child=lambda: _directory and start(_directory, forked=True))
+        watch_forks()
+
+
+class _ForkHook:
+    pass
+
+
+_FORK_HOOK = _ForkHook()
+
+
+def watch_forks() -> None:
+    """multiprocessing's fork children leave through ``os._exit`` (no atexit): their trace is written by
+    a multiprocessing finalizer, registered once the child's bootstrap has cleared the parent's."""
+    from multiprocessing import util
+
+    util.register_after_fork(_FORK_HOOK, _finalize_forked)
+
+
+def _finalize_forked(_hook) -> None:
+    if _pid == os.getpid():
+        from multiprocessing import util
+
+        util.Finalize(None, write_trace, exitpriority=100)
 
 
 def rank() -> Optional[int]:

@@ -103,6 +103,8 @@ class Inheritance:
         paths = [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p and p != BOOTSTRAP]
         os.environ["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP] + paths)
         self.outer, _active = _active, self       # (an in-process pytester session's test runs inside ours)
+        if not _watching:
+            _watch_forks()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -190,6 +192,17 @@ def _stop_forkserver() -> None:
     stop = getattr(server, "_stop", None)
     if stop is not None:
         stop()
+
+
+_watching = False
+
+
+def _watch_forks() -> None:
+    global _watching
+    from . import child
+
+    child.watch_forks()
+    _watching = True
 
 
 def _after_fork_in_child() -> None:

@@ -100,7 +100,7 @@ class Call:
     site: T.Site = T.UNKNOWN_SITE
 
     def where(self) -> str:
-        return f"rank {self.thread} issued {self.op} at {self.site}"
+        return f"rank {self.thread} issued {self.kernel.split('::')[-1] if self.op == 'p2p' else self.op} at {self.site}"
 
 
 @dataclass(eq=False)
@@ -766,8 +766,9 @@ def _p2p(calls):
         raise CollectiveError("a point-to-point channel pairs a send with a receive")
     source, target = send.inputs[0], recv.outputs[0]
     if source.numel() != target.numel() or source.dtype != target.dtype:
-        raise CollectiveError(f"rank {send.thread} sends {_meta(source)} but rank {recv.thread} receives into "
-                              f"{_meta(target)}: HCCL needs the same count and dtype on both sides")
+        raise CollectiveError(f"rank {send.thread} sends {source.numel()} {_meta(source)[1]} elements but rank "
+                              f"{recv.thread} receives {target.numel()} {_meta(target)[1]}: HCCL needs the same count "
+                              f"and dtype on both sides")
     _p(target).copy_(_p(source).reshape(_p(target).shape))
 
 
