@@ -19,16 +19,25 @@ from dataclasses import fields
 from . import trace as T
 
 ID_STRIDE = 1 << 40          # ids of the n-th appended process start at n * ID_STRIDE
-ADDRESS_STRIDE = 1 << 48     # and its addresses at n * ADDRESS_STRIDE (a device has < 2**40 bytes)
+ADDRESS_STRIDE = 1 << 48     # and its addresses, on a device shared, at n * ADDRESS_STRIDE (a device has < 2**40 bytes)
+
+
+def _used_devices(trace: T.Trace) -> set:
+    """The devices a trace did something on (a task, an event record or wait, an allocation)."""
+    streams = {r.stream for r in trace.records if isinstance(r, (T.Kernel, T.EventRecord, T.EventWait))}
+    return ({trace.streams[s].device for s in streams if s in trace.streams} |
+            {b.device for b in trace.blocks.values()})
 
 
 def append(dst: T.Trace, src: T.Trace, n: int, label: str = "") -> int:
-    """Append ``src`` (another process's trace, its records made) to ``dst`` as process ``n`` (>= 1);
-    ``label`` (e.g. "rank 1") marks its streams in reports when the test's own trace already has a
-    stream on the same device.  Returns the number of records appended."""
-    ids, addr = n * ID_STRIDE, n * ADDRESS_STRIDE
+    """Append ``src`` (another process's trace, its records made) to ``dst`` as process ``n`` (>= 1).
+    When ``dst`` already used a device ``src`` uses (the test's process, or another child, on the same
+    NPU), ``src``'s addresses move apart and ``label`` (e.g. "rank 1") marks its streams and events in
+    reports.  Returns the number of records appended."""
     base = len(dst.log)
-    have_devices = {info.device for info in dst.streams.values()}
+    have_devices = _used_devices(dst)
+    shared = bool(have_devices & _used_devices(src))
+    ids, addr = n * ID_STRIDE, (n * ADDRESS_STRIDE if shared else 0)
     have_cores = {r.device for r in dst.records if isinstance(r, T.DeviceCores)}
     have_groups = {(r.group, r.devices) for r in dst.records if isinstance(r, T.GroupCreated)}
 
@@ -49,10 +58,10 @@ def append(dst: T.Trace, src: T.Trace, n: int, label: str = "") -> int:
         return value
 
     for sid, info in src.streams.items():
-        label_ = info.label if info.device not in have_devices or not label else f"{info.label} ({label})"
+        label_ = info.label if not shared or not label else f"{info.label} ({label})"
         dst.streams[sid + ids] = T.StreamInfo(sid + ids, info.device, info.stream_id, label_)
     for eid, info in src.events.items():
-        dst.events[eid + ids] = T.EventInfo(eid + ids, info.label + (f" ({label})" if label else ""), info.site,
+        dst.events[eid + ids] = T.EventInfo(eid + ids, info.label + (f" ({label})" if label and shared else ""), info.site,
                                             info.external, info.tag)
     for bid, b in src.blocks.items():
         dst.block_log[bid + ids] = T.BlockInfo(bid + ids, b.device, b.stream + ids, b.lo + addr, b.hi + addr,
