@@ -87,3 +87,14 @@ def test_an_unreceived_send_fails_the_script_as_a_deadlock(tmp_path):
     done = run(tmp_path, RANKS.replace("dist.recv(out, src=0)", "pass"), "--nproc-per-node", "2")
     assert done.returncode != 0
     assert "--- 1. deadlock ---" in done.stderr and "npu:1, which never issues it" in done.stderr
+
+
+def test_the_console_script_is_declared():
+    import tomllib
+
+    from pytest_npugraph import cli
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    module, _, name = scripts["pytest-npugraph"].partition(":")
+    assert module == "pytest_npugraph.cli" and getattr(cli, name) is cli.main

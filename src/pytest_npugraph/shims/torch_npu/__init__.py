@@ -66,10 +66,11 @@ def _patch_tensor_to() -> None:
 
 _patch_tensor_to()
 
-from . import _accelerator  # noqa: E402
+from . import _accelerator, _parallel_comm  # noqa: E402
 from .npu._format import Format, get_npu_format  # noqa: E402,F401
 
 _accelerator.install()
+_parallel_comm.install()     # torch._C._scatter/_gather/_broadcast(_coalesced) for npu tensors (DataParallel)
 
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 from . import atb  # noqa: E402,F401  (torch_npu.atb: the ATB ops of _atb_ops.ATB_API_LIST)
