@@ -83,8 +83,7 @@ def start(directory: str, forked: bool = False) -> None:
     if forked:      # the test process's own state came along: only start a fresh runtime (a new generation)
         CONTEXT.begin(CONTEXT.config, CONTEXT.test_hook)
     else:
-        with open(os.path.join(directory, inherit.CONFIG)) as f:
-            data = json.load(f)
+        data = json.loads(os.environ[inherit.CONFIG_ENV])
         activation.activate()
         CONTEXT.hook = ChildHook(data.get("profiles", {}), data.get("conftests", []))
         CONTEXT.begin(inherit.test_config(data["config"]), None)
@@ -156,6 +155,7 @@ def write_trace() -> Optional[str]:
     name = f"{os.getpid()}-{time.monotonic_ns()}{inherit.SUFFIX}"
     path = os.path.join(_directory, name)
     try:
+        os.makedirs(_directory, exist_ok=True)
         with open(path + ".tmp", "wb") as f:
             pickle.dump((meta, snapshot), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(path + ".tmp", path)
@@ -180,6 +180,7 @@ def stop() -> None:
     CONTEXT.emulating = False
     activation.deactivate()
     os.environ.pop(inherit.ENV, None)
+    os.environ.pop(inherit.CONFIG_ENV, None)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != inherit.BOOTSTRAP]
     if paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(paths)

@@ -7,9 +7,10 @@ options, and what they run on the NPU must be checked with the test's own trace.
 
 While a test runs, the plugin sets two environment variables (restored after the test):
 
-* ``NPUGRAPH_CHILD``: a per-test folder holding ``config.json`` (the test's ``TestConfig``, the
-  ``pytest_npugraph_op_profile`` answers for the collectives, the conftest.py files that answer the
-  rest) where each child writes its trace when it exits;
+* ``NPUGRAPH_CHILD``: a per-test folder where each child writes its trace when it exits (made by the
+  first child that writes one: most tests start no process, and a folder costs milliseconds);
+* ``NPUGRAPH_CHILD_CONFIG``: the test's ``TestConfig`` as JSON, with the ``pytest_npugraph_op_profile``
+  answers for the collectives and the conftest.py files that answer the rest;
 * ``PYTHONPATH``: ``bootstrap/`` first, whose ``sitecustomize`` starts ``child.start()`` in every
   Python process that sees ``NPUGRAPH_CHILD`` (it does nothing otherwise, and runs the next
   ``sitecustomize`` on the path).
@@ -31,8 +32,8 @@ import tempfile
 from typing import Optional
 
 ENV = "NPUGRAPH_CHILD"
+CONFIG_ENV = "NPUGRAPH_CHILD_CONFIG"
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-CONFIG = "config.json"
 SUFFIX = ".trace.pkl"
 # the collectives whose core profile the analyses weigh: the parent answers for them once, at the test's start
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather",
@@ -83,23 +84,23 @@ def test_config(data: dict):
 class Inheritance:
     """One test's children: the environment they see, and their traces."""
 
-    def __init__(self, config, ask=None, conftests=(), directory: Optional[str] = None):
+    def __init__(self, config, ask=None, conftests=()):
         """``ask(op_name)``: the op profile hook's answer (``CONTEXT.op_profile``)."""
-        self.directory = directory or tempfile.mkdtemp(prefix="npugraph-children-")
-        self.owned = directory is None
+        global _made
+        _made += 1
+        self.directory = os.path.join(_base(), f"test-{_made}")
         self.absorbed: set = set()
         self.count = 0                    # child traces appended to the test's trace so far
-        self.data = config_dict(config, ask, conftests)
-        with open(os.path.join(self.directory, CONFIG), "w") as f:
-            json.dump(self.data, f)
+        self.config = json.dumps(config_dict(config, ask, conftests))
         self.saved: dict = {}
         self.forkserver = _forkserver_running()
 
     def __enter__(self) -> "Inheritance":
         global _active
-        for key in (ENV, "PYTHONPATH"):
+        for key in (ENV, CONFIG_ENV, "PYTHONPATH"):
             self.saved[key] = os.environ.get(key)
         os.environ[ENV] = self.directory
+        os.environ[CONFIG_ENV] = self.config
         paths = [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p and p != BOOTSTRAP]
         os.environ["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP] + paths)
         self.outer, _active = _active, self       # (an in-process pytester session's test runs inside ours)
@@ -119,8 +120,28 @@ class Inheritance:
             _stop_forkserver()
 
     def close(self) -> None:
-        if self.owned:
+        if os.path.isdir(self.directory):
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def folder(self) -> str:
+        """The test's folder, made now if no child made it yet."""
+        os.makedirs(self.directory, exist_ok=True)
+        return self.directory
+
+
+_made = 0
+_base_dir: Optional[str] = None
+
+
+def _base() -> str:
+    """This process's folder of per-test folders (made once, removed at exit)."""
+    global _base_dir
+    if _base_dir is None:
+        import atexit
+
+        _base_dir = tempfile.mkdtemp(prefix="npugraph-children-")
+        atexit.register(shutil.rmtree, _base_dir, True)
+    return _base_dir
 
     def new_traces(self) -> list:
         """``(meta, trace)`` of each child trace written since the last call, in the order written."""

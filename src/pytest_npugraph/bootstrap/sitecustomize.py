@@ -22,7 +22,7 @@ def _chain() -> None:
 
 def _start() -> None:
     directory = os.environ.get("NPUGRAPH_CHILD")
-    if not directory:
+    if not directory or not os.environ.get("NPUGRAPH_CHILD_CONFIG"):
         return
     try:
         from pytest_npugraph import child

@@ -91,7 +91,7 @@ def run(fn, args: tuple, size: int) -> list:
                         f"fn must be a module-level function of an importable module ({exc})") from None
     import torch.multiprocessing as mp
 
-    folder = tempfile.mkdtemp(prefix="npugraph-ranks-", dir=inherit.active().directory)
+    folder = tempfile.mkdtemp(prefix="npugraph-ranks-", dir=inherit.active().folder())
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, size, fn, args, folder, port), name=f"npugraph-rank-{r}",
