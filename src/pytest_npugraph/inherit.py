@@ -128,6 +128,10 @@ class Inheritance:
         os.makedirs(self.directory, exist_ok=True)
         return self.directory
 
+    def new_traces(self) -> list:
+        """``(meta, trace)`` of each child trace written since the last call, in the order written."""
+        return new_traces(self.directory, self.absorbed)
+
 
 _made = 0
 _base_dir: Optional[str] = None
@@ -140,12 +144,9 @@ def _base() -> str:
         import atexit
 
         _base_dir = tempfile.mkdtemp(prefix="npugraph-children-")
-        atexit.register(shutil.rmtree, _base_dir, True)
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(_base_dir, True))   # (not a fork's)
     return _base_dir
-
-    def new_traces(self) -> list:
-        """``(meta, trace)`` of each child trace written since the last call, in the order written."""
-        return new_traces(self.directory, self.absorbed)
 
 
 def new_traces(directory: str, absorbed: set) -> list:

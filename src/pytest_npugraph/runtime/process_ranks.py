@@ -92,8 +92,7 @@ class ProcessJob(C.Job):
     def __init__(self, runtime, size: int, rank: int, store, world: int, timeout: float):
         super().__init__(runtime, size, "", bound_devices=False)
         self.rank = rank
-        self.store = dist.PrefixStore(f"npugraph/{world}/", store)
-        self.store.set_timeout(timedelta(seconds=timeout))
+        self.store = dist.PrefixStore(f"npugraph/{world}/", store)   # (its timeout is torch's: waits pass their own)
         self.timeout = timeout
         self.posted: dict = {}          # (comm name, seq) -> Posted
         self.finished = False
