@@ -151,7 +151,8 @@ def write_trace() -> Optional[str]:
     trace = rt.trace
     with rt.lock:
         snapshot = T.Trace(list(trace.records), dict(trace.streams), dict(trace.events), dict(trace.blocks))
-    meta = {"pid": os.getpid(), "rank": rank(), "argv": list(sys.argv), "order": time.time()}
+    meta = {"pid": os.getpid(), "rank": rank(), "argv": list(sys.argv), "order": time.time(),
+            "worlds": dict(rt.extensions.get("collectives.world_tokens", {}))}
     name = f"{os.getpid()}-{time.monotonic_ns()}{inherit.SUFFIX}"
     path = os.path.join(_directory, name)
     try:

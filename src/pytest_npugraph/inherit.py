@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 import tempfile
@@ -91,6 +92,7 @@ class Inheritance:
         self.directory = os.path.join(_base(), f"test-{_made}")
         self.absorbed: set = set()
         self.count = 0                    # child traces appended to the test's trace so far
+        self.worlds: dict = {}            # world label ("", "@w1") -> the tokens of the worlds seen, in order
         self.config = json.dumps(config_dict(config, ask, conftests))
         self.saved: dict = {}
         self.forkserver = _forkserver_running()
@@ -127,6 +129,23 @@ class Inheritance:
         """The test's folder, made now if no child made it yet."""
         os.makedirs(self.directory, exist_ok=True)
         return self.directory
+
+    def group_names(self, worlds: dict):
+        """How a child's communicator names read in the test's trace: the ranks of one world (one token,
+        processes_ranks.py) keep theirs; a later world reusing the names (the same test starting ranks
+        again) gets ``~2``, ``~3``, ... so its collectives never pair with an earlier world's."""
+        suffixes = {}
+        for label, token in worlds.items():
+            seen = self.worlds.setdefault(label, [])
+            if token not in seen:
+                seen.append(token)
+            index = seen.index(token)
+            suffixes[label] = f"~{index + 1}" if index else ""
+
+        def rename(name: str) -> str:
+            found = re.search(r"@w\d+", name)
+            return name + suffixes.get(found.group(0) if found else "", "")
+        return rename
 
     def new_traces(self) -> list:
         """``(meta, trace)`` of each child trace written since the last call, in the order written."""
@@ -189,7 +208,7 @@ def absorb(inheritance: Optional[Inheritance] = None) -> int:
         for meta, trace in found:
             inh.count += 1
             label = f"rank {meta['rank']}" if meta.get("rank") is not None else f"pid {meta['pid']}"
-            trace_merge.append(rt.trace, trace, inh.count, label)
+            trace_merge.append(rt.trace, trace, inh.count, label, inh.group_names(meta.get("worlds", {})))
     return len(found)
 
 

@@ -29,11 +29,13 @@ def _used_devices(trace: T.Trace) -> set:
             {b.device for b in trace.blocks.values()})
 
 
-def append(dst: T.Trace, src: T.Trace, n: int, label: str = "") -> int:
+def append(dst: T.Trace, src: T.Trace, n: int, label: str = "", group=None) -> int:
     """Append ``src`` (another process's trace, its records made) to ``dst`` as process ``n`` (>= 1).
     When ``dst`` already used a device ``src`` uses (the test's process, or another child, on the same
     NPU), ``src``'s addresses move apart and ``label`` (e.g. "rank 1") marks its streams and events in
-    reports.  Returns the number of records appended."""
+    reports.  ``group(name)``: the name of ``src``'s communicator ``name`` in ``dst`` (``Kernel.collective``,
+    ``GroupCreated.group``; default: the same).  Returns the number of records appended."""
+    group = group or (lambda name: name)
     base = len(dst.log)
     have_devices = _used_devices(dst)
     shared = bool(have_devices & _used_devices(src))
@@ -55,6 +57,10 @@ def append(dst: T.Trace, src: T.Trace, n: int, label: str = "") -> int:
             return span(value)
         if name in ("reads", "writes", "spans"):
             return tuple(span(s) for s in value)
+        if name == "collective":
+            return (group(value[0]), value[1])
+        if name == "group":
+            return group(value)
         return value
 
     for sid, info in src.streams.items():
@@ -73,9 +79,9 @@ def append(dst: T.Trace, src: T.Trace, n: int, label: str = "") -> int:
                 continue
             have_cores.add(record.device)
         if isinstance(record, T.GroupCreated):
-            if (record.group, record.devices) in have_groups:
+            if (group(record.group), record.devices) in have_groups:
                 continue
-            have_groups.add((record.group, record.devices))
+            have_groups.add((group(record.group), record.devices))
         seqs[record.seq] = base + len(out)
         values = [base + len(out) if f.name == "seq" else rename(f.name, getattr(record, f.name))
                   for f in fields(record)]

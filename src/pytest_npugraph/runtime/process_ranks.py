@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import uuid
 from datetime import timedelta
 from typing import Optional
 
@@ -90,9 +91,13 @@ class ProcessJob(C.Job):
     the store."""
 
     def __init__(self, runtime, size: int, rank: int, store, world: int, timeout: float):
-        super().__init__(runtime, size, "", bound_devices=False)
+        super().__init__(runtime, size, f"@w{world}" if world else "", bound_devices=False)
         self.rank = rank
         self.store = dist.PrefixStore(f"npugraph/{world}/", store)   # (its timeout is torch's: waits pass their own)
+        # one token per world, the first rank's: the parent tells apart two worlds' "hccl/0" (trace_merge)
+        token = self.store.compare_set("token", "", uuid.uuid4().hex)
+        runtime.extensions.setdefault("collectives.world_tokens", {})[self.label] = \
+            token.decode() if isinstance(token, bytes) else token
         self.timeout = timeout
         self.posted: dict = {}          # (comm name, seq) -> Posted
         self.finished = False
@@ -114,7 +119,7 @@ class ProcessJob(C.Job):
         key = (rank, torch_name)
         n = self.incarnations.get(key, 0)
         self.incarnations[key] = n + 1
-        name = f"hccl/{torch_name}" + (f".{n}" if n else "")
+        name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
         comm = self.comms.get(name)
         if comm is None:
             me = tuple(members).index(rank)
