@@ -122,7 +122,7 @@ def _finalize_forked(_hook) -> None:
 
 def rank() -> Optional[int]:
     """This process's rank: its process group's, else the launcher's ``RANK``."""
-    module = sys.modules.get("pytest_npugraph.runtime.process_ranks")
+    module = sys.modules.get("pytest_npugraph.runtime.collectives.processes")
     job = module.current_job() if module is not None else None
     if job is not None:
         return job.rank
@@ -140,7 +140,7 @@ def write_trace() -> Optional[str]:
     rt = module.peek() if module is not None else None
     if rt is None:
         return None
-    ranks = sys.modules.get("pytest_npugraph.runtime.process_ranks")
+    ranks = sys.modules.get("pytest_npugraph.runtime.collectives.processes")
     if ranks is not None:
         try:
             ranks.finish_process()

@@ -10,7 +10,7 @@ hazard fails (``--npu-hazards error``, the default), else 0.
 
 ``--nproc-per-node N`` starts N copies with ``torchrun``'s environment (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``): a multi-rank script whose ranks meet in
-``init_process_group("hccl")`` (process_ranks.py); ``--devices`` defaults to N then.
+``init_process_group("hccl")`` (runtime/collectives/processes.py); ``--devices`` defaults to N then.
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="emulated NPUs (default 1, or --nproc-per-node)")
     run.add_argument("--cores", default=None, metavar="AICORE[,VECTOR]",
                      help="cube and vector cores per device (vector defaults to 2 x aicore)")
+    run.add_argument("--npu-cann", "--cann", dest="cann", default=None, metavar="VERSION",
+                     help="the CANN release emulated (as the plugin's --npu-cann)")
     run.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                      help="start N ranks with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT)")
     run.add_argument("--npu-schedule", "--schedule", dest="schedule", choices=("program", "shuffle"),
@@ -85,8 +87,16 @@ def _config(options):
         import random
 
         seed = random.Random().getrandbits(32)
+    extra = {}
+    if options.cann is not None:
+        from . import cann
+
+        if options.cann not in cann.VERSIONS:
+            raise SystemExit(f"pytest-npugraph: --cann: unknown CANN version {options.cann!r}; known versions: "
+                             f"{', '.join(cann.VERSIONS)}")
+        extra["cann"] = options.cann
     return TestConfig(chip=chip, device_count=devices, allow=frozenset(options.allow),
-                      nodeid=os.path.basename(options.script), schedule=options.schedule, schedule_seed=seed)
+                      nodeid=os.path.basename(options.script), schedule=options.schedule, schedule_seed=seed, **extra)
 
 
 def _free_port() -> int:
@@ -140,7 +150,8 @@ def run(options) -> int:
     print(f"npugraph: NPU emulation on ({chip.name}: {chip.cube_cores} cube / {chip.vector_cores} vector cores, "
           f"{config.device_count} device(s)), schedule {config.schedule}"
           + (f" (seed {config.schedule_seed})" if config.schedule == "shuffle" else "")
-          + (f", {options.nproc_per_node} ranks" if options.nproc_per_node > 1 else ""), file=sys.stderr)
+          + f", CANN {config.cann}" + (f", {options.nproc_per_node} ranks" if options.nproc_per_node > 1 else ""),
+          file=sys.stderr)
     with inherit.Inheritance(config, CONTEXT.op_profile, [os.path.abspath(p) for p in options.conftest]) as children:
         try:
             code = _ranks(options, config)

@@ -62,9 +62,9 @@ class NpuGraph:
         if not callable(fn):
             raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
         if processes:
-            from .runtime import rank_processes
+            from .runtime.collectives import launch
 
-            return rank_processes.run(fn, args, self.device_count)
+            return launch.run(fn, args, self.device_count)
         from torch_npu.distributed import _ranks
 
         from .runtime import collectives

@@ -17,8 +17,9 @@ from pytest_npugraph import inherit
 
 CHILD = textwrap.dedent("""
     import torch, torch_npu
+    from pytest_npugraph._context import CONTEXT
     p = torch.npu.get_device_properties(0)
-    print(torch.npu.device_count(), p.name, p.cube_core_num, p.vector_core_num)
+    print(torch.npu.device_count(), p.name, p.cube_core_num, p.vector_core_num, CONTEXT.config.cann)
     side = torch.npu.Stream()
     x = torch.ones(8).npu()
     x.mul_(2)                              # the child's main stream writes x
@@ -31,13 +32,14 @@ CHILD = textwrap.dedent("""
 @pytest.mark.npu_devices(3)
 @pytest.mark.npu_chip("Ascend910B3")
 @pytest.mark.npu_cores(aicore=8, vector=12)
+@pytest.mark.npu_cann("9.0.0")
 def test_a_subprocess_emulates_the_tests_npu_and_its_race_is_the_tests(npugraph, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     with npugraph.expect("race", match=r"child\.py:\d+"):
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["3", "Ascend910B3", "8", "12"]
+    assert done.stdout.split() == ["3", "Ascend910B3", "8", "12", "9.0.0"]
 
 
 def _forked_child(path):

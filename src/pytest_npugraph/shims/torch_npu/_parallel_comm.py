@@ -3,11 +3,9 @@ NPU tensors, as torch_npu adds them: what ``torch.nn.parallel.comm`` and ``DataP
 
 Why: a CPU build of torch has none of them (they are CUDA's), so ``DataParallel`` and
 ``nn.parallel.comm`` fail on ``npu`` devices without them.  Each is made of device copies, recorded
-as the emulator records any copy: the copy onto an NPU on the stream given (``_scatter``'s
-``streams``) or the current stream of the device written, so work on another stream that reads it
-unordered is a race.  The emulator has no peer-to-peer copy yet: a copy from one NPU to another is
-a read of the source to the host (the host waits for the source's stream, which hardware's copy
-does not) and a ``non_blocking`` copy onto the target.
+as the emulator records any copy (``Tensor.to``: a device-to-device copy is ordered with both
+devices' current streams, as torch's peer copy; ``_scatter``'s ``streams`` are made current for
+theirs), so work on another stream that reads a copy unordered is a race.
 """
 from __future__ import annotations
 
@@ -34,11 +32,8 @@ def _to(tensor, index: int, stream=None):
     target = _device(index)
     if tensor.device == target:
         return tensor
-    host = tensor.cpu() if tensor.device.type == "npu" else tensor
-    if target.type == "cpu":
-        return host
     with _on(stream):
-        return host.to(target, non_blocking=True)
+        return tensor.to(target, non_blocking=target.type != "cpu")
 
 
 def _broadcast(tensor, devices):

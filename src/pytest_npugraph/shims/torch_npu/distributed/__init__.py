@@ -36,7 +36,7 @@ def _outside_run_ranks(bound) -> None:
     for the other ranks, which never come, until its 30-minute timeout)."""
     if _collectives.binding() is not None:      # a rank thread of npugraph.run_ranks: its own rendezvous
         return
-    if CONTEXT.child:       # a process a test started: its peers are processes too (process_ranks.py)
+    if CONTEXT.child:       # a process a test started: its peers are processes too (runtime/collectives/processes.py)
         return
     backend = bound.arguments.get("backend")
     if backend is not None and not any(name in str(backend).lower() for name in ("hccl", "lccl")):

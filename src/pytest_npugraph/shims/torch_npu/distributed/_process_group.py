@@ -2,7 +2,7 @@
 
 The backend creator returns a ``torch.distributed.ProcessGroup`` subclass whose collectives
 (the methods ``torch.distributed.all_reduce`` & co. call) hand each call to the job of
-``runtime/collectives.py``: recorded on the rank's current stream, matched across ranks by
+``runtime/collectives/``: recorded on the rank's current stream, matched across ranks by
 (communicator, sequence number), computed on the CPU payloads.  It is a ProcessGroup rather
 than a c10d Backend because a Backend cannot be implemented in Python, and because c10d's
 own ops would reach the NPU tensors' Python dispatch with CPU payloads (torch's threaded
@@ -20,7 +20,8 @@ from torch.futures import Future
 
 from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as C
-from pytest_npugraph.runtime import hccl_modes, process_ranks
+from pytest_npugraph.runtime import hccl_modes
+from pytest_npugraph.runtime.collectives import processes
 from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
@@ -240,11 +241,11 @@ def create(dist_backend_opts, backend_options):
     size, rank = dist_backend_opts.group_size, dist_backend_opts.group_rank
     ranks = list(dist_backend_opts.global_ranks_in_group)
     bound = C.binding()
-    world = not ranks and (bound is None or isinstance(bound[0], process_ranks.ProcessJob))
+    world = not ranks and (bound is None or isinstance(bound[0], processes.ProcessJob))
     timeout = dist_backend_opts.timeout
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
     if world and size > 1 and CONTEXT.child:      # this process is one rank of a world of processes
-        job = process_ranks.world_job(current(), size, rank, dist_backend_opts.store,
+        job = processes.world_job(current(), size, rank, dist_backend_opts.store,
                                       min(seconds, C.DEFAULT_TIMEOUT))
         thread = rank
     elif bound is None or world:

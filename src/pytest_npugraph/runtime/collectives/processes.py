@@ -32,10 +32,10 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .. import trace as T
-from . import collectives as C
-from .callsite import user_site
-from .executor import DeviceHang, Item
+from ... import trace as T
+from .. import collectives as C
+from ..callsite import user_site
+from ..executor import DeviceHang, Item
 
 _POLL = 0.25
 
@@ -255,7 +255,7 @@ class ProcessJob(C.Job):
 
 # ------------------------------------------------------------------------ this process's world
 def current_job() -> Optional[ProcessJob]:
-    from .runtime import peek
+    from ..runtime import peek
 
     rt = peek()
     bound = None if rt is None else rt.extensions.get("collectives.process")

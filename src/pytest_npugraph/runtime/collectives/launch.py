@@ -6,7 +6,7 @@ runs.  Each rank is a spawned child of the test (inherit.py: it emulates the tes
 trace back) with ``torchrun``'s environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``/``MASTER_PORT``), ``npu:rank`` as its current device and, when ``fn`` does not call
 ``init_process_group`` itself, an ``hccl`` world over a file store made at its first collective (as in
-the thread ranks).  Its collectives meet the other ranks' through the store (process_ranks.py).
+the thread ranks).  Its collectives meet the other ranks' through the store (processes.py).
 
 Results and exceptions come back pickled; the test waits at most the collective timeout plus the time
 processes take to start (``NPUGRAPH_PROCESS_TIMEOUT``, default 300 s) and then ends the ranks.
@@ -20,8 +20,9 @@ import tempfile
 import time
 import traceback
 
-from .collectives import DEFAULT_TIMEOUT, CollectiveAborted, CollectiveError
-from .executor import DeviceHang
+from ..executor import DeviceHang
+from .errors import CollectiveAborted, CollectiveError
+from .ranks import DEFAULT_TIMEOUT
 
 START_TIMEOUT = float(os.environ.get("NPUGRAPH_PROCESS_TIMEOUT", "300"))
 
@@ -58,9 +59,9 @@ def _rank_main(rank: int, size: int, fn, args: tuple, folder: str, port: int) ->
         finally:
             c10d._get_default_group = original
             if dist.is_initialized():
-                from . import process_ranks
+                from . import processes
 
-                process_ranks.finish_process()     # its queued collectives complete with the peers' first
+                processes.finish_process()     # its queued collectives complete with the peers' first
                 dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 (handed to the test)
         outcome = ("error", exc, traceback.format_exc())
@@ -79,7 +80,7 @@ def _rank_main(rank: int, size: int, fn, args: tuple, folder: str, port: int) ->
 def run(fn, args: tuple, size: int) -> list:
     """Run ``fn(rank, *args)`` in ``size`` spawned processes; the results in rank order, or the first
     rank's exception (a device hang as ``DeviceHang``, for ``npugraph.expect("deadlock")``)."""
-    from .. import inherit
+    from ... import inherit
 
     if inherit.active() is None:
         raise RuntimeError("npugraph.run_ranks(fn, processes=True) inside a test whose children do not inherit "
