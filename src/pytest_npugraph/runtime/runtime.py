@@ -315,7 +315,7 @@ class Runtime:
         ``run_ranks`` other ranks may release it; work that can never run raises ``DeviceHang``."""
         if until():
             return
-        bound = self.thread().rank
+        bound = self.thread().rank or self.extensions.get("collectives.process")   # (collectives/processes.py)
         if bound is None:
             self.executor.wait(until, None, what)
         else:
