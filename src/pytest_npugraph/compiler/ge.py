@@ -25,7 +25,7 @@ from ..runtime import profiles
 from ..runtime.runtime import current
 from . import emit, fxgraph
 from ..graph_record import GraphOp, GraphRecord
-from .runner import Runner, record_node, wait_node
+from .runner import Runner, device_of, on_device, record_node, wait_node
 
 GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned streams (outside torch_npu's encodings)
 _SKIPPED = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT}
@@ -124,11 +124,12 @@ class GeGraph:
 
     def __call__(self, *args):
         rt = current()
-        device = _device_of(args, rt)
+        device = device_of(args, rt)
         if self._generation != (rt.generation, device):
             self._setup(rt, device)
         self.record.runs += 1
-        return self._runner.run(*args)
+        with on_device(device, rt):
+            return self._runner.run(*args)
 
 
 class _GeRunner(Runner):
@@ -138,7 +139,7 @@ class _GeRunner(Runner):
 
     def begin(self, rt, args) -> None:
         g = self.graph
-        self.device = _device_of(args, rt)
+        self.device = device_of(args, rt)
         self.launch = rt.current_stream(self.device)
         self.super_kernel = None                  # (scope name, options, stream) of the open SuperKernel
         rt.record_event(g.fork, self.launch)
@@ -219,10 +220,3 @@ def _fusable(node, rt, device: int) -> bool:
         return op.split("::")[-1].split(".")[0].rstrip("_") in _FUSABLE_COLLECTIVES
     return True
 
-
-def _device_of(args, rt) -> int:
-    for a in args:
-        device = getattr(a, "device", None)
-        if device is not None and device.type == "npu":
-            return device.index
-    return rt.current_device()

@@ -7,6 +7,8 @@ Intermediate values are dropped after their last use, so the allocator sees the 
 reuses) as a real execution."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.fx.node import map_arg
 
@@ -95,6 +97,24 @@ def _dense_kernel(target):
     from torch._higher_order_ops import auto_functionalize
 
     return getattr(auto_functionalize, f"{name}_dense")
+
+
+def device_of(args, rt) -> int:
+    """The device a compiled graph runs on: that of its NPU tensor inputs (Dynamo guards each compiled
+    graph's inputs on their device), else the calling thread's current device.  Its capture, replays,
+    input copies, output clones, pool and streams all live there."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "npu":
+            return a.device.index
+    return rt.current_device()   # device: resolver
+
+
+def on_device(device: int, rt):
+    """Make ``device`` the calling thread's current device for a graph's call (a no-op when it is):
+    the streams, events and pools the call makes or uses are that device's."""
+    if device == rt.current_device():   # device: resolver
+        return contextlib.nullcontext()
+    return torch.npu.device(device)
 
 
 def record_node(rt):
