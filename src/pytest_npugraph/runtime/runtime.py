@@ -37,6 +37,7 @@ class Runtime:
                                  getattr(config, "schedule_seed", 0))   # when device work runs
         self.stream_marks: dict = {}     # sid -> seq of the latest record issued on it
         self.host_known: dict = {}       # sid -> mark the host knows completed
+        self.queried: dict = {}          # ("stream", sid) / ("event", eid) -> (mark asked about, unanswered asks)
         self.freed_ranges: dict = {}     # device -> sorted list of (lo, hi, bid) of freed blocks
         self.graphs: list = []           # graph records (npugraph.graphs)
         self.tagged_events: dict = {}    # torchair tag -> Event
@@ -248,6 +249,44 @@ class Runtime:
                 self._learn(stream.sid, self.stream_marks.get(stream.sid, -1))
             elif event is not None and event.recorded:
                 self._learn(event.record_stream, event.record_mark)
+
+    QUERY_SPIN_LIMIT = 1000   # identical unanswered queries, nothing else happening: the host is blocked
+
+    def query(self, stream: Optional[StreamState] = None, event: Optional[EventState] = None, site=None) -> bool:
+        """``Stream.query()`` / ``Event.query()``: whether the stream's work (the event's latest record)
+        has run.  Only a True answer tells the host anything (a ``HostSync`` record, as a synchronize).
+        On hardware work is never done the instant it is issued, so the first query about work the host
+        does not already know finished answers False: a query whose answer is ignored orders nothing,
+        while a spin loop (``while not s.query()``) gets True on a later ask, once the work ran here.
+        A spin loop on work that can never run would spin forever on hardware; after
+        ``QUERY_SPIN_LIMIT`` asks with nothing else happening it becomes a host wait (``DeviceHang``)."""
+        if event is not None:
+            if not event.recorded:
+                return True
+            sid, mark, key = event.record_stream, event.record_mark, ("event", event.eid)
+        else:
+            sid, mark, key = stream.sid, self.stream_marks.get(stream.sid, -1), ("stream", stream.sid)
+        if self.host_known.get(sid, -1) >= mark:
+            return True
+        ex = self.executor
+        with self.lock:
+            if not ex.done(sid, mark):
+                ex.drain()                      # the device goes on while the host polls
+            asked, spins, seen = self.queried.get(key, (None, 0, None))
+            moment = (len(self.trace.log), ex.progress)
+            if asked == mark and ex.done(sid, mark):
+                del self.queried[key]
+                done = True
+            else:
+                spins = spins + 1 if asked == mark and seen == moment else 0
+                self.queried[key] = (mark, spins, moment)
+                done = False
+        if done or spins >= self.QUERY_SPIN_LIMIT:
+            self.queried.pop(key, None)
+            self.host_sync("event" if event is not None else "stream", device=self.trace.streams[sid].device,
+                           stream=stream, event=event, site=site or user_site(3))
+            return True
+        return False
 
     def refuse_sync_in_capture(self, what: str, device: int = 0, stream: Optional[StreamState] = None,
                                event: Optional[EventState] = None, call: Optional[str] = None) -> None:
