@@ -16,6 +16,8 @@ from typing import Optional
 from .. import trace as T
 from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
 from .._context import CONTEXT
+from torch._C._autograd import _get_sequence_nr as sequence_nr
+
 from .callsite import first_user, user_site
 from .device import Device
 from .executor import DeviceHang, Executor
@@ -42,6 +44,7 @@ class Runtime:
         self.graphs: list = []           # graph records (npugraph.graphs)
         self.tagged_events: dict = {}    # torchair tag -> Event
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
+        self.generators: dict = {}       # device -> its default random generator (generators.py)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
         for d in self.devices:
             self.marker(T.DeviceCores, device=d.index, cube=d.cube_cores, vector=d.vector_cores)
@@ -55,11 +58,12 @@ class Runtime:
         self.trace.streams[state.sid] = T.StreamInfo(state.sid, device, stream_id, label)
         return state
 
-    def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
+    def new_event(self, label: str, *, external=False, enable_timing=False, tag=None, numbered=True) -> EventState:
         """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
-        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing."""
+        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing.
+        ``numbered=False``: an event the runtime makes for itself (autograd's), which takes no number."""
         state = EventState(next(_ids), label, enable_timing=enable_timing, external=external)
-        if tag is None:
+        if tag is None and numbered:
             thread = self.thread()
             thread.events_made += 1
             rank = "" if thread.rank is None else f" of rank {thread.rank[1]}"
@@ -126,7 +130,15 @@ class Runtime:
         return self.thread().streams.get(d.index, d.default_stream)
 
     def set_current_stream(self, state: StreamState) -> None:
-        self.thread().streams[state.device] = state
+        thread = self.thread()
+        thread.streams[state.device] = state
+        # which stream the autograd nodes this thread records from now on belong to (autograd_streams.py)
+        history = thread.stream_history.setdefault(state.device, [])
+        seq = sequence_nr()
+        if history and history[-1][0] == seq:
+            history[-1] = (seq, state)
+        elif not history or history[-1][1] is not state:
+            history.append((seq, state))
 
     # ------------------------------------------------------------------- recording
     def _append(self, record) -> None:
