@@ -12,6 +12,7 @@ import contextlib
 import torch
 from torch.fx.node import map_arg
 
+from ..runtime.backend import device_index
 from ..runtime.runtime import current
 from .fxgraph import node_site
 
@@ -106,13 +107,13 @@ def device_of(args, rt) -> int:
     for a in args:
         if isinstance(a, torch.Tensor) and a.device.type == "npu":
             return a.device.index
-    return rt.current_device()   # device: resolver
+    return device_index()
 
 
 def on_device(device: int, rt):
     """Make ``device`` the calling thread's current device for a graph's call (a no-op when it is):
     the streams, events and pools the call makes or uses are that device's."""
-    if device == rt.current_device():   # device: resolver
+    if device == device_index():
         return contextlib.nullcontext()
     return torch.npu.device(device)
 

@@ -46,6 +46,10 @@ class Runtime:
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
         self.generators: dict = {}       # device -> its default random generator (generators.py)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
+        if getattr(config, "rank_skew", None) is not None:      # run_ranks threads' skews (skew.py)
+            from . import skew
+
+            skew.install(self, config.rank_skew)
         for d in self.devices:
             self.marker(T.DeviceCores, device=d.index, cube=d.cube_cores, vector=d.vector_cores)
 

@@ -10,6 +10,7 @@ import torch
 
 import torch_npu
 from pytest_npugraph.runtime import generators as _generators
+from pytest_npugraph.runtime.backend import device_index as _device_index
 from pytest_npugraph.runtime.runtime import current as _rt
 
 __all__ = ["get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
@@ -18,15 +19,7 @@ __all__ = ["get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state
 
 def _index(device) -> int:
     """torch.accelerator's ``_get_device_index(device, optional=True)``: "npu", None -> current device."""
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "npu":
-            raise ValueError(f"Expected a npu device, but got: {device}")
-        device = device.index
-    if device is None:
-        return _rt().current_device()     # device: resolver
-    return int(device)
+    return _device_index(device)
 
 
 def _generator(index: int):
