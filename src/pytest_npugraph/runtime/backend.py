@@ -288,7 +288,7 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, serialization, storage
+    from . import autocast, autograd_streams, serialization, storage
     from .ops import library
 
     library.install()
@@ -299,4 +299,5 @@ def install(npu_module) -> None:
     mixed_precision.install()
     serialization.install()
     autocast.install()
+    autograd_streams.install()
     _installed = True

@@ -19,7 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, profiles
+from . import cpu_gaps, generators, profiles
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .runtime import current
@@ -530,11 +530,11 @@ def _run(func, plan, args, kwargs, now=False):
     if capture is None and not (plan.metadata_only or plan.metadata_inplace) and rt.executor.deferred(stream.sid):
         if now:
             rt.host_wait(rt.synced("stream", stream=stream), f"the host (reading the result of {plan.name})")
-            kernel, out = _compute(func, uargs, ukwargs)
+            kernel, out = _compute(func, uargs, ukwargs, rt, device)
         else:
-            kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes)
+            kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes, device)
     else:
-        kernel, out = _compute(func, uargs, ukwargs)
+        kernel, out = _compute(func, uargs, ukwargs, rt, device)
     if writes:
         before = [t._block for t in writes]
         for t in writes:
@@ -556,9 +556,13 @@ def _run(func, plan, args, kwargs, now=False):
     return result
 
 
-def _compute(func, uargs, ukwargs):
+def _compute(func, uargs, ukwargs, rt=None, device=None):
     """``(kernel, out)``: run the op on the payloads; a dtype the NPU kernel has and the CPU one
-    lacks is widened (cpu_gaps), and ``kernel`` is what computed it (replays use the same)."""
+    lacks is widened (cpu_gaps), and ``kernel`` is what computed it (replays use the same).  A random
+    op on npu:``device`` draws from that device's generator (generators.py)."""
+    if device is not None and generators.seeded(func):
+        with generators.drawing_on(rt, device):
+            return _compute(func, uargs, ukwargs)
     try:
         return func, func(*uargs, **ukwargs)
     except RuntimeError as error:
@@ -585,19 +589,24 @@ def _restore(saved) -> None:
             storage.copy_(copy)
 
 
-def _issue_later(rt, stream, func, uargs, ukwargs, writes):
+def _issue_later(rt, stream, func, uargs, ukwargs, writes, device):
     """Compute ``func``'s outputs now for their shapes (inputs may not hold their values yet; its
     writes to existing memory are undone) and return them with the step that computes the values
     into them when the stream gets there.  If the early run fails on not-yet-computed inputs, the
     host waits for the stream instead (then the values are right at once)."""
     saved = [(s, s.clone()) for s in {id(t._payload.untyped_storage()): t._payload.untyped_storage()
                                      for t in writes}.values()]
+    # a random op's numbers are the generator's at issue (hardware reserves them then), whenever it runs
+    draws = generators.default_generator(rt, device) if generators.seeded(func) else None
+    state = None if draws is None else draws.get_state()
     try:
-        kernel, out = _compute(func, uargs, ukwargs)
+        kernel, out = _compute(func, uargs, ukwargs, rt, device)
     except Exception:  # noqa: BLE001 - stale inputs (indices, sizes): compute it for real instead
         _restore(saved)
+        if draws is not None:
+            draws.set_state(state)
         rt.host_wait(rt.synced("stream", stream=stream), "the host (an op whose inputs are not computed yet)")
-        return (*_compute(func, uargs, ukwargs), None)
+        return (*_compute(func, uargs, ukwargs, rt, device), None)
     _restore(saved)
     if rt.executor.shuffle is not None:
         _poison(out, uargs, ukwargs)
@@ -606,7 +615,11 @@ def _issue_later(rt, stream, func, uargs, ukwargs, writes):
     fn, a, kw, dst = replay_step(kernel, uargs, ukwargs, out)
 
     def run():
-        result = fn(*a, **kw)
+        if state is None:
+            result = fn(*a, **kw)
+        else:
+            with generators.drawing_from_state(state):
+                result = fn(*a, **kw)
         if dst is not None:
             for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
                 if d is not None and d is not r:

@@ -120,22 +120,35 @@ class _Stillness:
         if now - self.quiet_since < timeout / 2:
             return False
         lines = self._lines()
-        if lines != self.lines:
+        if lines != self.lines or lines is None:
             self.lines, self.still_since = lines, now
             return False
         return now - self.still_since >= timeout / 2
 
     def _lines(self) -> tuple:
+        """Each live rank's line; None while a rank imports a module (progress, however long a loaded
+        machine takes: the other ranks wait for the import lock on their own line meanwhile)."""
         frames = sys._current_frames()
-        lines = tuple((t.ident, _line(frames.get(t.ident))) for t in self.threads if t.is_alive())
-        del frames
-        return lines
+        try:
+            if any(_importing(frames.get(t.ident)) for t in self.threads if t.is_alive()):
+                return None
+            return tuple((t.ident, _line(frames.get(t.ident))) for t in self.threads if t.is_alive())
+        finally:
+            del frames
 
     def where(self) -> str:
         frames = sys._current_frames()
         where = "; ".join(f"{t.name} at {_user_line(frames.get(t.ident))}" for t in self.threads if t.is_alive())
         del frames
         return where
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _line(frame) -> tuple:
