@@ -135,11 +135,18 @@ def _export_torch_ops() -> None:
 _export_torch_ops()
 
 
+_SUBMODULES = ("profiler", "op_plugin", "multiprocessing")
+
+
 def __getattr__(name):
     """Every op of torch_npu's ``npu`` namespace is ``torch_npu.<name>`` (torch_npu exports each name
     of ``torch.ops.npu``), and so are the ATB ops of ``_atb_ops.API_LIST`` (``torch_npu._npu_paged_attention``
     is ``torch.ops.atb._npu_paged_attention``; the others are ``torch_npu.atb.<name>``); ops the emulator
     has no math for raise ``NotImplementedError`` when called."""
+    if name in _SUBMODULES:             # imported by torch_npu's __init__; here on first use
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     from pytest_npugraph.runtime.ops import library as _ops, registry as _registry
 
     top_level = not name.startswith("__") and _registry.atb_exports().get(name, "torch_npu") == "torch_npu"
