@@ -6,6 +6,7 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import warnings
 
@@ -104,6 +105,19 @@ def _install_npu_smi(config) -> None:
         except (ValueError, pytest.UsageError):
             chip = DEFAULT_CHIP
         config.stash[STASH_NPU_SMI] = Installed(chip if chip in CHIPS else DEFAULT_CHIP)
+
+
+def pytest_plugin_registered(plugin, manager):
+    """After each conftest.py is imported: has it put a stub over the emulated torch_npu? (mock_guard)"""
+    path = getattr(plugin, "__file__", None)
+    if not CONTEXT.emulating or not path or os.path.basename(path) != "conftest.py":
+        return
+    from . import mock_guard
+
+    names = mock_guard.swapped()
+    if names and not getattr(manager, "_npugraph_stub_reported", False):
+        manager._npugraph_stub_reported = True       # once per session
+        raise pytest.UsageError(mock_guard.message(path, names, CONTEXT.rootdir or os.getcwd()))
 
 
 def pytest_configure(config):
