@@ -127,10 +127,11 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, serialization
+    from . import autocast, pinned, serialization
     from .ops import library
 
     library.install()
     serialization.install()
     autocast.install()
+    pinned.install()
     _installed = True

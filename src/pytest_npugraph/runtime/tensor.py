@@ -1070,7 +1070,21 @@ def _host_op(func, plan, args, kwargs):
     return _run(func, plan, args, kwargs)
 
 
+def _format_cast(func, plan, args, kwargs):
+    """``npu_format_cast`` to the format its input already has returns the input itself, with no kernel,
+    as torch_npu does (vLLM-Ascend's most called op relies on it); any other cast is an ordinary op."""
+    from .ops.layout import same_format_cast
+
+    def payload(v):
+        return v._payload if type(v) is NpuTensor else v
+    if type(args[0]) is NpuTensor and same_format_cast([payload(a) for a in args],
+                                                      {k: payload(v) for k, v in kwargs.items()}):
+        return args[0]
+    return _run(func, plan, args, kwargs)
+
+
 _SPECIAL = {
+    "npu::npu_format_cast": _format_cast,
     "aten::record_stream": _record_stream,
     "aten::_to_copy": _to_copy,
     "aten::copy_": _copy,
