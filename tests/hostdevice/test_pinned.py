@@ -67,3 +67,11 @@ def test_host_memory_stats_count_pinned_allocations():
     before = torch_npu.npu.host_memory_stats().get("allocation.current", 0)
     torch.empty(16, pin_memory=True)
     assert torch_npu.npu.host_memory_stats()["allocation.current"] == before + 1
+
+
+def test_torchscript_still_compiles_the_wrapped_factories():
+    """TorchScript resolves ``torch.zeros`` by identity: the pinned-aware wrappers are registered as the same ops."""
+    @torch.jit.script
+    def f(n: int):
+        return torch.zeros(n) + torch.ones(n) + torch.arange(n)
+    assert f(3).tolist() == [1.0, 2.0, 3.0]

@@ -97,7 +97,11 @@ def install() -> None:
         original = getattr(torch, name, None)
         if original is not None and not getattr(original, "_npugraph_pinned_factory", False):
             _original[name] = original
-            setattr(torch, name, _pinned_factory(name, original))
+            wrapper = _pinned_factory(name, original)
+            setattr(torch, name, wrapper)
+            op = torch.jit._builtins._find_builtin(original)
+            if op is not None:       # TorchScript resolves torch.<name> by identity: the wrapper is the same op
+                torch.jit._builtins._register_builtin(wrapper, op)
     for name in _METHODS:
         original = getattr(torch.Tensor, name, None)
         if original is not None and not getattr(original, "_npugraph_pinned_factory", False):
