@@ -227,3 +227,11 @@ def test_survey_tool_counts_used_and_missing_names(tmp_path):
                                "torch.ops.npu: 1 (1 uses)"), out.stdout
     assert any("torch_npu.not_a_real_name" in line for line in lines)
     assert any("torch.ops.npu.some_other_package_op" in line for line in lines)
+
+
+def test_profiler_parameter_warnings_are_printed_as_torch_npu_prints_them(capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # a suite run with -W error is not broken by them
+        torch_npu.profiler.schedule(wait=-1, active=1)
+    out = capsys.readouterr().out
+    assert "[WARNING]" in out and "profiler.py: Invalid parameter wait, reset it to 0." in out

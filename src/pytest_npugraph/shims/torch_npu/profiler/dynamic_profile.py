@@ -9,9 +9,9 @@ _state = {"path": None, "step": 0, "config": None}
 
 def init(path: str):
     if not isinstance(path, str) or not os.path.isdir(path):
-        import warnings
+        from .scheduler import _warn
 
-        warnings.warn(f"The path '{path}' is invalid, and profiler will not be enabled.")
+        _warn(f"The path '{path}' is invalid, and profiler will not be enabled.")
         return
     _state["path"] = os.path.abspath(path)
 

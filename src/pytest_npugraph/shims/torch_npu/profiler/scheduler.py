@@ -1,5 +1,6 @@
 """The profiler's step schedule (``torch_npu.profiler.schedule``), with torch_npu's parameter checks."""
-import warnings
+import os
+import time
 from enum import Enum
 
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
@@ -8,7 +9,9 @@ __all__ = ["ProfilerAction", "Schedule"]
 
 
 def _warn(message: str) -> None:
-    warnings.warn(f"[WARNING] [profiler] {message}")
+    """torch_npu's ``print_warn_msg``: printed, not a Python warning (a suite run with -W error is unaffected)."""
+    stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime())
+    print(f"{stamp} [WARNING] [{os.getpid()}] profiler.py: {message}", flush=True)
 
 
 class ProfilerAction(Enum):
