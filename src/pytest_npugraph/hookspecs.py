@@ -15,6 +15,8 @@ def pytest_npugraph_register_ops(registry):
     """Add CPU implementations of custom ops: ``registry.register(name, schema, impl, cores=None)``.
 
     Registering an op torch_npu already has (with its real schema) replaces the emulator's kernel.
+    A qualified name (``"_C_ascend::rotary_embedding"``) or ``namespace="_C_ascend"`` defines the op
+    in that namespace (``torch.ops._C_ascend.rotary_embedding``), for a C++ extension's ops.
     """
 
 

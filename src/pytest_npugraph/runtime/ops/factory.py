@@ -65,15 +65,16 @@ def backend_select_kernel(op_name: str):
             where = "CPU" if device is None else torch.device(device).type.upper()
             raise NotImplementedError(f"Could not run '{op_name}' with arguments from the '{where}' backend. "
                                       f"'{op_name}' is only available for these backends: [PrivateUse1, Meta].")
+        from ..backend import device_index
+
         rt = current()
-        device = torch.device(device)
-        index = rt.current_device() if device.index is None else device.index     # device: resolver
+        index = device_index(device)
         rt.check_device(index)
         rt.devices[index].initialized = True
         size = args[0] if args else kwargs["size"]
         nbytes = storage_nbytes(size, _dtype(kwargs.get("dtype")), kwargs.get("acl_format", 2))
         stream = rt.current_stream(index)
-        pool = stream.capture.pool if stream.capture is not None else None
+        pool = stream.capture.pool if stream.capture is not None else getattr(rt.thread(), "mem_pools", {}).get(index)
         allocator = rt.devices[index].allocator
         if nbytes and not allocator.fits(nbytes, stream.sid, pool):
             allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises the NPU's OutOfMemoryError
