@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from . import activation, cann
+from . import activation, cann, inherit
 from ._context import CONTEXT
 from .chips import CHIPS, DEFAULT_CHIP, lookup
 from .hazard import NpuHazardWarning
@@ -91,6 +91,10 @@ def _emulation_wanted(config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     """Activate before conftest.py files are imported, so their ``import torch_npu`` is emulated."""
+    if CONTEXT.child:       # pytest run by a test in a subprocess: its own options decide, not the parent's
+        from . import child
+
+        child.stop()
     try:
         wanted = _emulation_wanted(early_config)
     except (ValueError, pytest.UsageError):
@@ -258,16 +262,26 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """After the test body: turn its hazards into the outcome (or, if it failed, a report section)."""
+    """After the test body: turn its hazards into the outcome (or, if it failed, a report section).
+    During it, the Python processes it starts emulate its NPU and hand back their traces (inherit.py)."""
+    children = None
+    if CONTEXT.emulating and item.get_closest_marker("npu_no_inherit") is None:
+        children = inherit.Inheritance(CONTEXT.config, CONTEXT.op_profile, inherit.conftest_files(item))
+        children.__enter__()
     try:
-        result = yield
-    except BaseException:
+        try:
+            result = yield
+        except BaseException:
+            if CONTEXT.emulating:
+                item.config.stash[STASH_OUTCOME].check(item, failed=True)
+            raise
         if CONTEXT.emulating:
-            item.config.stash[STASH_OUTCOME].check(item, failed=True)
-        raise
-    if CONTEXT.emulating:
-        item.config.stash[STASH_OUTCOME].check(item)
-    return result
+            item.config.stash[STASH_OUTCOME].check(item)
+        return result
+    finally:
+        if children is not None:
+            children.__exit__(None, None, None)
+            children.close()
 
 
 def _fresh_dynamo() -> None:

@@ -300,8 +300,7 @@ class _NPUStreamBase(torch.Stream):
                                "completion externally.")
         rt = _rt()
         rt.refuse_sync_in_capture("stream", state.device, state, call="query")
-        rt.host_sync("stream", device=state.device, stream=state)
-        return True
+        return rt.query(stream=state)
 
     def synchronize(self) -> None:
         state = self._state
@@ -391,8 +390,8 @@ class _NPUEventBase(torch.Event):
     def query(self) -> bool:
         rt, state = self._live()
         if state.recorded:
-            rt.host_sync("event", device=state.device, event=state)
-        return True
+            rt.refuse_sync_in_capture("event", state.device, event=state)
+        return rt.query(event=state)
 
     def synchronize(self) -> None:
         rt, state = self._live()

@@ -13,10 +13,11 @@ from pytest_npugraph.runtime import backend as _backend
 
 _backend.install(npu)    # the npu key's kernels, device guard and bare-device resolution
 
-from . import _accelerator  # noqa: E402
+from . import _accelerator, _parallel_comm  # noqa: E402
 from .npu._format import Format, get_npu_format  # noqa: E402,F401
 
 _accelerator.install()
+_parallel_comm.install()     # torch._C._scatter/_gather/_broadcast(_coalesced) for npu tensors (DataParallel)
 
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 from . import atb  # noqa: E402,F401  (torch_npu.atb: the ATB ops of _atb_ops.ATB_API_LIST)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from pytest_npugraph.runtime.generators import NpuGenerator
 from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
 _installed = False
@@ -25,30 +26,18 @@ class _GeneratorType(type(torch._C.Generator)):
         return issubclass(sub, torch._C.Generator)
 
 
-class Generator(torch._C.Generator, metaclass=_GeneratorType):
+class Generator(NpuGenerator, metaclass=_GeneratorType):
     """``torch.Generator``; for ``device="npu[:N]"`` a generator of the emulated NPU (CPU kernels draw
-    from it, since NPU ops compute on the CPU)."""
+    from it, since NPU ops compute on the CPU: ``runtime.generators.NpuGenerator``)."""
 
     def __new__(cls, device="cpu"):
         d = torch.device(device)
         if d.type != "npu":
             return torch._C.Generator(d)
-        g = super().__new__(cls, "cpu")
-        g._npu_index = torch.npu.current_device() if d.index is None else d.index
-        return g
-
-    @property
-    def device(self):
-        return torch.device("npu", self._npu_index)
+        return super().__new__(cls, torch.npu.current_device() if d.index is None else d.index)
 
     def __reduce__(self):
         return Generator, (self.device,), self.get_state()
-
-    def __setstate__(self, state):
-        self.set_state(state)
-
-    def __repr__(self):
-        return f"<torch._C.Generator object at {id(self):#x} device={self.device}>"
 
 
 Generator.__module__ = "torch"

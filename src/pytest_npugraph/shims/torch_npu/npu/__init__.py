@@ -29,6 +29,8 @@ from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStr
 from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
                     device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
 from . import amp
+from .random import (get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+                     set_rng_state, set_rng_state_all)
 from ._tensor_types import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
                             HalfTensor, IntTensor, LongTensor, ShortTensor)
 
@@ -39,6 +41,7 @@ __all__ = [
     "StreamContext", "stream", "set_stream", "current_stream", "default_stream", "Stream", "Event",
     "SyncLaunchStream", "ExternalEvent", "ExternalStream",
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+    "get_rng_state_all", "set_rng_state_all",
     "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
     "set_per_process_memory_fraction", "empty_cache", "memory_stats", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_peak_memory_stats", "reset_max_memory_allocated",
@@ -173,47 +176,6 @@ def can_device_access_peer(device, peer) -> bool:
     return True
 
 
-# NPU ops run on the CPU, so the NPU generator is torch's CPU generator.  Not torch.manual_seed:
-# that calls torch.npu.manual_seed_all (the privateuse1 device module's) right back.
-def _check_seed_during_capture(seed: int) -> None:
-    """The generator of a device in stream capture keeps its seed (NPUGeneratorImpl::set_current_seed)."""
-    if is_current_stream_capturing() and seed != torch.default_generator.initial_seed():
-        raise RuntimeError("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed "
-                           "is the same as the original seed.")
-
-
-def manual_seed(seed) -> None:
-    seed = int(seed)
-    _check_seed_during_capture(seed)
-    torch.default_generator.manual_seed(seed)
-
-
-manual_seed_all = manual_seed
-
-
-def seed() -> None:
-    torch.default_generator.seed()
-
-
-seed_all = seed
-
-
-def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
-
-
-def get_rng_state(device="npu"):
-    return torch.get_rng_state()
-
-
-def set_rng_state(new_state, device="npu") -> None:
-    if is_current_stream_capturing():
-        probe = torch.Generator()
-        probe.set_state(new_state)
-        _check_seed_during_capture(probe.initial_seed())
-    torch.set_rng_state(new_state)
-
-
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True
 
@@ -319,6 +281,10 @@ def __getattr__(name):
         from . import graphs
 
         return getattr(graphs, name)
+    if name == "default_generators":
+        from . import random
+
+        return random.default_generators()
     if name == "npugraph_ex":
         import importlib
 
