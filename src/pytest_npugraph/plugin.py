@@ -6,6 +6,7 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import warnings
 
@@ -25,6 +26,7 @@ STASH_OUTCOME = pytest.StashKey()      # config.stash: the HazardOutcome plugin 
 STASH_SAVED = pytest.StashKey()        # config.stash: the CONTEXT fields to give back at unconfigure
 STASH_MODULES = pytest.StashKey()
 STASH_SCHEDULE = pytest.StashKey()     # config.stash: (schedule, seed) of this session
+STASH_NPU_SMI = pytest.StashKey()      # config.stash: the session's emulated npu-smi (npu_smi.Installed)
 STASH_CANN = pytest.StashKey()         # config.stash: the session's default CANN version
 
 
@@ -100,6 +102,31 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if wanted:
         activation.activate()
         CONTEXT.emulating = True
+        _install_npu_smi(early_config)   # conftests probe `npu-smi info` at import (vLLM-Ascend's does)
+
+
+def _install_npu_smi(config) -> None:
+    if config.stash.get(STASH_NPU_SMI, None) is None:
+        from .npu_smi import Installed
+
+        try:
+            chip = _setting(config, "npu_chip")
+        except (ValueError, pytest.UsageError):
+            chip = DEFAULT_CHIP
+        config.stash[STASH_NPU_SMI] = Installed(chip if chip in CHIPS else DEFAULT_CHIP)
+
+
+def pytest_plugin_registered(plugin, manager):
+    """After each conftest.py is imported: has it put a stub over the emulated torch_npu? (mock_guard)"""
+    path = getattr(plugin, "__file__", None)
+    if not CONTEXT.emulating or not path or os.path.basename(path) != "conftest.py":
+        return
+    from . import mock_guard
+
+    names = mock_guard.swapped()
+    if names and not getattr(manager, "_npugraph_stub_reported", False):
+        manager._npugraph_stub_reported = True       # once per session
+        raise pytest.UsageError(mock_guard.message(path, names, CONTEXT.rootdir or os.getcwd()))
 
 
 def pytest_configure(config):
@@ -121,6 +148,8 @@ def pytest_configure(config):
         activation.activate()
     config.stash[STASH_SAVED] = (CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir)
     CONTEXT.emulating = emulating
+    if emulating:
+        _install_npu_smi(config)
     CONTEXT.hook = config.hook
     CONTEXT.rootdir = str(config.rootpath)
     outcome = config.stash[STASH_OUTCOME] = HazardOutcome(config, chip, hazards)
@@ -171,6 +200,10 @@ def _path_setting(config, name: str):
 
 def pytest_unconfigure(config):
     """Give the context back (an in-process pytester session runs inside another one)."""
+    npu_smi = config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.remove()
+        del config.stash[STASH_NPU_SMI]
     saved = config.stash.get(STASH_SAVED, None)
     if saved is not None:
         CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir = saved
@@ -221,6 +254,9 @@ def pytest_runtest_setup(item):
         config_for(item, item.config.stash[STASH_OUTCOME].chip, item.config.stash[STASH_CANN]),
         schedule=schedule, schedule_seed=seed, rank_skew=seed if schedule == "shuffle" else None)
     CONTEXT.begin(test_config, item.ihook)
+    npu_smi = item.config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.set(test_config.chip.name, test_config.device_count)
     item.stash[STASH_MODULES] = activation.snapshot()
 
 
@@ -262,6 +298,9 @@ def _fresh_dynamo() -> None:
 def pytest_runtest_teardown(item, nextitem):
     if CONTEXT.emulating:
         _fresh_dynamo()
+    npu_smi = item.config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.reset()
     state = item.stash.get(STASH_MODULES, None)
     if state is not None:
         changed = activation.restore(state)

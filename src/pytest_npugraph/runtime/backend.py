@@ -157,7 +157,8 @@ def _npu_empty(op):
         rt.check_device(index)
         rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
         stream = rt.current_stream(index)
-        pool = stream.capture.pool if stream.capture is not None else None
+        # a capture's pool, else the pool torch.npu.use_mem_pool routes this thread's allocations into
+        pool = stream.capture.pool if stream.capture is not None else getattr(rt.thread(), "mem_pools", {}).get(index)
         nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
         allocator = rt.devices[index].allocator
         if nbytes and not allocator.fits(nbytes, stream.sid, pool):
@@ -288,7 +289,7 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, autograd_streams, serialization, storage
+    from . import autocast, autograd_streams, pinned, serialization, storage
     from .ops import library
 
     library.install()
@@ -300,4 +301,5 @@ def install(npu_module) -> None:
     serialization.install()
     autocast.install()
     autograd_streams.install()
+    pinned.install()
     _installed = True

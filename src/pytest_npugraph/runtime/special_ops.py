@@ -117,7 +117,21 @@ def _npu_key_or_run(func, plan, args, kwargs):
 _PRIVATEUSE1 = torch._C.DispatchKey.PrivateUse1
 
 
+def _format_cast(func, plan, args, kwargs):
+    """``npu_format_cast`` to the format its input already has returns the input itself, with no kernel,
+    as torch_npu does (vLLM-Ascend's most called op relies on it); any other cast takes the npu-op path."""
+    from .ops.layout import same_format_cast
+
+    def payload(v):
+        return v._payload if type(v) is NpuTensor else v
+    if type(args[0]) is NpuTensor and same_format_cast([payload(a) for a in args],
+                                                      {k: payload(v) for k, v in kwargs.items()}):
+        return args[0]
+    return _npu_key_or_run(func, plan, args, kwargs)
+
+
 _HANDLERS = {
+    "npu::npu_format_cast": _format_cast,
     "aten::record_stream": _record_stream,
     "aten::set_": _set,
     "aten::_local_scalar_dense": _host_read,

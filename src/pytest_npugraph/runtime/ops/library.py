@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..._context import CONTEXT
+from . import factory
 
 NAMESPACE = "npu"
 _library: Optional[torch.library.Library] = None
@@ -236,6 +237,12 @@ def _define(spec) -> None:
         # FakeTensorMode turns a Meta kernel's NotImplementedError into "Operator does not support
         # running with fake tensors"; a fake impl's error reaches the user as it is.
         torch.library.register_fake(f"{spec.namespace}::{qualified}", meta, lib=library)
+    base, _, overload = qualified.partition(".")
+    op = getattr(getattr(getattr(torch.ops, spec.namespace), base), overload or "default")
+    if factory.is_factory(op._schema):      # no tensor argument: the device argument picks the backend
+        select = factory.backend_select_kernel(f"{spec.namespace}::{base}")
+        select.overload = op
+        library.impl(qualified, select, "BackendSelect")
     if spec.autograd is not None:
         setup, backward = spec.autograd
         torch.library.register_autograd(f"{spec.namespace}::{qualified}", backward, setup_context=setup, lib=library)

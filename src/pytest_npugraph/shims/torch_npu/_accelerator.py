@@ -14,7 +14,6 @@ import torch
 from pytest_npugraph.runtime.generators import NpuGenerator
 from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
-_PINNED = "_npugraph_pinned"     # set on the (preserved) Python object of a pinned copy's storage
 _installed = False
 
 
@@ -46,30 +45,8 @@ Generator.__qualname__ = Generator.__name__ = "Generator"
 
 
 # ---------------------------------------------------------------- pinned memory
-_tensor_pin_memory = torch.Tensor.pin_memory
-_tensor_is_pinned = torch.Tensor.is_pinned
-
-
-def pin_memory(self, device=None):
-    """``Tensor.pin_memory``: a page-locked host copy (marked, so ``is_pinned()`` says True)."""
-    if self.device.type != "cpu" or self.layout != torch.strided:
-        raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
-    if is_pinned(self):
-        return self
-    out = torch.empty(self.shape, dtype=self.dtype)
-    out.copy_(self)
-    setattr(out.untyped_storage(), _PINNED, True)
-    return out
-
-
-def is_pinned(self, device=None) -> bool:
-    if self.device.type != "cpu" or self.layout != torch.strided or self.numel() == 0:
-        return False
-    return bool(getattr(self.untyped_storage(), _PINNED, False))
-
-
-pin_memory.__doc__ = _tensor_pin_memory.__doc__
-is_pinned.__doc__ = _tensor_is_pinned.__doc__
+# (runtime/pinned.py, installed by backend.install: pin_memory=True factories, Tensor.pin_memory/is_pinned)
+from pytest_npugraph.runtime.pinned import is_pinned, pin_memory  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------- accelerator
@@ -187,8 +164,6 @@ def install() -> None:
         return
     _refuse_inductor_on_npu()
     torch.Generator = Generator
-    torch.Tensor.pin_memory = pin_memory
-    torch.Tensor.is_pinned = is_pinned
     torch.accelerator.current_stream = current_stream
     torch.accelerator.set_stream = set_stream
     torch.accelerator.synchronize = synchronize

@@ -47,11 +47,6 @@ def _check_stream(stream):
     return stream._state
 
 
-class _NPUTaskGroupHandle:
-    def __init__(self, task_group):
-        self.task_group = task_group
-
-
 def graph_task_group_begin(stream) -> None:
     _rt().marker(T.TaskGroupBegin, _check_stream(stream))
 
@@ -59,7 +54,7 @@ def graph_task_group_begin(stream) -> None:
 def graph_task_group_end(stream):
     state = _check_stream(stream)
     _rt().marker(T.TaskGroupEnd, state)
-    return _NPUTaskGroupHandle(len(_rt().trace))
+    return torch_npu._C._NPUTaskGroupHandle(len(_rt().trace))
 
 
 def graph_task_update_begin(stream, handle) -> None:
