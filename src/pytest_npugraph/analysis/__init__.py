@@ -71,6 +71,8 @@ def analyze(trace, kinds=None) -> list:
     if wanted is not None and not wanted <= set(KINDS):
         unknown = ", ".join(sorted(wanted - set(KINDS)))
         raise ValueError(f"unknown hazard kind(s) {unknown}; expected some of {', '.join(KINDS)}")
+    if wanted is not None and "core-limit" in wanted:
+        wanted.add("deadlock")      # a deadlock takes in the core-limit hazards that cause it (fold_causes)
     cache: dict = {}
     found, failures = [], []
     try:    # ExternalEvent waits issued before their record run after it: every analysis reads that order
@@ -84,6 +86,31 @@ def analyze(trace, kinds=None) -> list:
             found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
         except Exception as exc:      # keep going: the other analyses' hazards must still be reported
             failures.append((function.__qualname__, exc))
+    found = fold_causes(found)
+    if kinds is not None:
+        found = [h for h in found if h.kind in set(kinds)]
     if failures:
         raise AnalysisError(failures, found) from failures[0][1]
     return found
+
+
+def fold_causes(hazards: list) -> list:
+    """One report per root cause: a ``core-limit`` oversubscription (error) with at least two of its
+    streams blocked in a ``deadlock`` is that deadlock's cause (ops that hold cores until all their
+    blocks are in, starving each other), shown inside its report (a ``cause:`` line before its fix)
+    instead of as a report of its own."""
+    deadlocks = [h for h in hazards if h.kind == "deadlock"]
+    if not deadlocks:
+        return hazards
+    folded: set = set()
+    for i, h in enumerate(hazards):
+        if h.kind != "core-limit" or h.severity != "error" or not h.summary:
+            continue
+        into = next((d for d in deadlocks if len(set(h.streams) & set(d.streams)) >= 2), None)
+        if into is None:
+            continue
+        folded.add(i)
+        head, sep, fix = into.message.partition("\n  fix: ")
+        into.message = f"{head}\n  cause: {h.summary}{sep}{fix}"
+        into.seqs = tuple(dict.fromkeys(into.seqs + h.seqs))
+    return [h for i, h in enumerate(hazards) if i not in folded]
