@@ -5,7 +5,7 @@ analysis names things the same way (stream labels, ``path:line``, allocation sit
 """
 from __future__ import annotations
 
-from ..trace import UNKNOWN_SITE
+from ..trace import GRAPH_STREAM_BASE, UNKNOWN_SITE
 
 
 def stream(trace, sid) -> str:
@@ -107,8 +107,8 @@ def ge_stream(trace, sid) -> bool:
     """A GE graph's own stream (``npu:0/graph_1:main``, ``npu:0/graph_1:tag '1'``): GE plans that graph's
     memory statically, cross-stream lifetimes included, so the caching allocator's reuse rules (and
     ``record_stream``) do not apply to it."""
-    label = stream(trace, sid)
-    return label.endswith(":main") or ":tag '" in label
+    info = trace.streams.get(sid)
+    return info is not None and info.stream_id >= GRAPH_STREAM_BASE
 
 
 def mode(trace, kernel) -> str:

@@ -23,11 +23,11 @@ import itertools
 
 from ..runtime import profiles
 from ..runtime.runtime import current
+from ..trace import GRAPH_STREAM_BASE
 from . import emit, fxgraph
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
-GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned streams (outside torch_npu's encodings)
 _SKIPPED = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT}
 _REJECTED = ("air.tagged_event_record", "air.tagged_event_wait", "air.record_tagged_stream",
              "air.tagged_event_record_on_stream", "air.tagged_event_wait_on_stream", "air.tagged_stream_wait_stream")
