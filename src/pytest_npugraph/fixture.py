@@ -1,4 +1,5 @@
-"""The ``npugraph`` fixture object (CONTRACT §4): the test's emulated runtime and checker."""
+"""The ``npugraph`` fixture object (docs/reference.md, "The npugraph fixture"): the test's emulated
+runtime and checker."""
 from __future__ import annotations
 
 import contextlib

@@ -223,7 +223,7 @@ def pytest_runtest_call(item):
 
 
 def _fresh_dynamo() -> None:
-    """CONTRACT §4, fresh compiled-graph caches: forget what Dynamo compiled in this test.  Its caches
+    """Fresh compiled-graph caches in every test (docs/reference.md, "The npugraph fixture"): forget what Dynamo compiled in this test.  Its caches
     are per code object and outlive the test, so the 9th test compiling the same model class would
     otherwise hit the recompile limit (``FailOnRecompileLimitHit`` under ``fullgraph=True``), and the
     compiled graphs would keep the test's tensors and runtime alive."""
@@ -247,7 +247,13 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.fixture
 def npugraph(request):
-    """The emulated NPU runtime and hazard checker of this test (CONTRACT §4)."""
+    """The emulated NPU runtime and hazard checker of this test (fresh per test).
+
+    ``npugraph.expect(kind, match=None)`` (a block must produce that hazard), ``npugraph.assert_clean()``,
+    ``npugraph.hazards``, ``npugraph.run_ranks(fn, *args)`` (one call per emulated device, with
+    ``torch.distributed``), ``npugraph.timeline(path)``, ``npugraph.graphs``, ``npugraph.trace``,
+    ``npugraph.chip`` / ``cube_cores`` / ``vector_cores`` / ``device_count``.
+    Reference: docs/reference.md, section "The npugraph fixture"."""
     if not CONTEXT.emulating:
         pytest.skip("npugraph: NPU emulation is off (--npu-emulate=off, or a real torch_npu is installed "
                     "and --npu-emulate=auto)")

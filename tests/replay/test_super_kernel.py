@@ -1,4 +1,4 @@
-"""super-kernel: SuperKernel scope misuse and early start (CONTRACT §5, issue 6; torchair_api.md §1.3-1.4,
+"""super-kernel: SuperKernel scope misuse and early start (docs/reference.md "Hazards", issue 6; torchair_api.md §1.3-1.4,
 §7.8; torch_npu_api.md §4.3; seed 004).  An op whose profile sets ``set_next_task_start`` calls
 SetNextTaskStart: the next sub-kernel of its SuperKernel may start before it finishes.  Catches the
 next sub-kernel reading or overwriting its output in GE mode (``torchair.scope.super_kernel``), in

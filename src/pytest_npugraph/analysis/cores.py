@@ -1,6 +1,6 @@
 """Core limits: values out of range, ops that may run at once needing more cores than the
-device has, and limits that do not take effect (CONTRACT §5 ``core-limit``,
-``limit-ineffective``).
+device has, and limits that do not take effect (docs/reference.md, "Hazards":
+``core-limit``, ``limit-ineffective``).
 
 Why: limiting cores is the documented cure for the multi-stream core-occupation hang
 (seed 000), and it only works if "the cores used by the operators that can block each
