@@ -72,3 +72,12 @@ def test_project_urls_and_changelog_ship():
     assert any(d.split(">")[0].split("=")[0].strip() == "numpy" for d in meta["dependencies"])
     assert "mkdocs" in " ".join(meta["optional-dependencies"]["docs"])
     assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# Changelog")
+
+
+def test_the_deadlock_page_shows_the_example_file_verbatim():
+    """docs/hazards/deadlock.md's code is examples/test_deadlock_default_chip.py, which runs as a test."""
+    page = (ROOT / "docs" / "hazards" / "deadlock.md").read_text(encoding="utf-8")
+    example = (ROOT / "examples" / "test_deadlock_default_chip.py").read_text(encoding="utf-8")
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "def step(rank, nonzero_limit=None):" in code
+    assert code == example[example.index("import pytest"):]
