@@ -54,6 +54,7 @@ class NpuGraph:
         current device (rank r drives ``npu:r``) and ``torch.distributed`` environment (backend
         ``"hccl"``); returns the results in rank order.  A rank's exception is re-raised (with a
         note naming the rank); collectives that can never complete raise ``CollectiveError``."""
+        __tracebackhide__ = True
         if not callable(fn):
             raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
         from torch_npu.distributed import _ranks
@@ -71,6 +72,7 @@ class NpuGraph:
     @contextlib.contextmanager
     def expect(self, kind: str, match: str = None):
         """Fail unless the block produces a hazard of ``kind`` (message matching ``match``); absorb it."""
+        __tracebackhide__ = True
         if kind not in KINDS:
             raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
         from .runtime.executor import DeviceHang
@@ -110,6 +112,7 @@ class NpuGraph:
         """Raise AssertionError if a hazard found so far would fail the test (error severity, not
         allowed by ``npu_allow``, not absorbed by ``expect``), describing every hazard found, warnings
         included.  With ``kinds`` named, any hazard of those kinds fails it, warnings included."""
+        __tracebackhide__ = True      # the failure is the user's line calling assert_clean, not this code
         for kind in kinds:
             if kind not in KINDS:
                 raise ValueError(f"npugraph.assert_clean: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")

@@ -51,13 +51,26 @@ def parse_aicore_num(value, device):
             min(int(vector), device.vector_cores) if vector.strip() else None)
 
 
+def _tagged_in_ge_hint(node) -> str:
+    """What TorchAir's error leaves out: the user's line and what to write instead."""
+    site = fxgraph.node_site(node)
+    call = fxgraph.target_name(node).split(".")[1]
+    where = f"{site}" if site is not None else "your model"
+    return (f"\n{where}: torchair.ops.npu_{call} (a tagged event) orders streams in reduce-overhead (aclgraph) "
+            f"mode only; this graph compiles in GE mode (CompilerConfig().mode = \"max-autotune\", the default). "
+            f"Fix: compile with config.mode = \"reduce-overhead\", or in GE mode drop the tagged events: GE "
+            f"orders a stream scope's data inputs itself, and torchair.ops.npu_wait_tensor(consumer_input, "
+            f"producer_output) adds an ordering edge where no data flows.")
+
+
 class GeGraph:
     """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
 
     def __init__(self, gm, settings, name: str):
         for node in gm.graph.nodes:
             if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
-                raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!")
+                raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!"
+                                          + _tagged_in_ge_hint(node))
         self.gm = gm
         self.name = name
         self.aicore_num = settings.aicore_num
