@@ -49,6 +49,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..errors import NotEmulated
 from .. import trace as T
 from .._context import CONTEXT
 from . import hccl_modes, profiles
@@ -182,7 +183,7 @@ class Job:
                              f"use npu:{rank} (rank r of npugraph.run_ranks drives npu:r)")
         stream = rt.current_stream(device)
         if stream.capture is not None:
-            raise NotImplementedError(
+            raise NotEmulated(
                 f"{call.op}: collectives inside NPU graph capture are not emulated by pytest-npugraph")
         cores = op_cores(call.kernel, rt.devices[device], comm.mode)
         call.thread = rank

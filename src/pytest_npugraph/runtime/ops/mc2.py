@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from ...errors import NotEmulated
 from ._common import _check, _dtype_of, _pertoken_int8, _scale_values, _unsupported
 from .quant import _per_k
 from .spec import OpSpec, mc2
@@ -170,8 +171,8 @@ def _moe_group(name: str, a: dict) -> None:
         raise _needs_ranks(name, world, "ep_world_size", "group_ep")
     comm, me = _group(name, a, "group_ep")
     if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
-        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
-                                  f"quantised communication are not emulated by pytest-npugraph")
+        raise NotEmulated(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
+                          f"quantised communication are not emulated by pytest-npugraph")
     if world != len(comm.members) or a["ep_rank_id"] != me:
         raise RuntimeError(f"{name} on rank {_collectives().binding()[1]}: ep_world_size={world}, "
                            f"ep_rank_id={a['ep_rank_id']}, but {comm.name!r} has {len(comm.members)} ranks and "
@@ -283,7 +284,7 @@ def _dispatch_multi(name: str, a: dict):
     world = a["ep_world_size"]
     p = {k: _payload(v) for k, v in a.items()}
     if p["quant_mode"] not in (0, 2):
-        raise NotImplementedError(f"{name}: quant_mode={p['quant_mode']} is not emulated")
+        raise NotEmulated(f"{name}: quant_mode={p['quant_mode']} is not emulated")
     n, h = p["x"].shape
     k = p["expert_ids"].shape[1]
     local = p["moe_expert_num"] // world
@@ -315,7 +316,7 @@ def _combine_multi(name: str, a: dict):
         return None
     _moe_group(name, a)
     if a["activation_scale"] is not None or a["weight_scale"] is not None:
-        raise NotImplementedError(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
+        raise NotEmulated(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
     return _combine_issue(name, a)
 
 

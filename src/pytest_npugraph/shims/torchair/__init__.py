@@ -17,12 +17,13 @@ from torchair.core.utils import logger
 import torchair.inference  # noqa: E402,F401
 import torchair.ops  # noqa: E402,F401
 import torchair.scope  # noqa: E402,F401
+from pytest_npugraph.errors import NotEmulated
 
 __version__ = "0.1.0+pytest-npugraph"
 
 
 def dynamo_export(*args, model, **kwargs):
-    raise NotImplementedError("pytest-npugraph does not emulate torchair.dynamo_export (offline GE model export)")
+    raise NotEmulated("pytest-npugraph does not emulate torchair.dynamo_export (offline GE model export)")
 
 
 def register_fx_node_ge_converter(aten_op):

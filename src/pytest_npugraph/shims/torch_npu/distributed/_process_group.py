@@ -21,6 +21,7 @@ from torch.futures import Future
 from pytest_npugraph.runtime import collectives as C
 from pytest_npugraph.runtime import hccl_modes
 from pytest_npugraph.runtime.runtime import current
+from pytest_npugraph.errors import NotEmulated
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
 KINDS = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
@@ -213,8 +214,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._run("barrier")
 
     def _point_to_point(self, *args, **kwargs):
-        raise NotImplementedError("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
-                                  "pytest-npugraph's hccl backend; use collectives")
+        raise NotEmulated("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
+                          "pytest-npugraph's hccl backend; use collectives")
 
     send = recv = recv_anysource = _point_to_point
 
