@@ -81,3 +81,26 @@ def test_the_deadlock_page_shows_the_example_file_verbatim():
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     assert "def step(rank, nonzero_limit=None):" in code
     assert code == example[example.index("import pytest"):]
+
+
+def test_hookspecs_are_typed_and_document_every_parameter():
+    import inspect
+    import typing
+
+    from pytest_npugraph import hookspecs
+
+    specs = [getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("pytest_npugraph_")]
+    assert len(specs) == 3
+    for spec in specs:
+        hints = typing.get_type_hints(spec, {**vars(hookspecs), **_type_names()})
+        params = inspect.signature(spec).parameters
+        assert set(params) <= set(hints) and "return" in hints, spec.__name__
+        for name in params:
+            assert f":param {name}:" in spec.__doc__, (spec.__name__, name)
+
+
+def _type_names() -> dict:
+    from pytest_npugraph.hazard import Hazard
+    from pytest_npugraph.runtime.ops.library import OpRegistry
+
+    return {"Hazard": Hazard, "OpRegistry": OpRegistry}
