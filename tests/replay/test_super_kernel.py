@@ -52,6 +52,8 @@ def test_ge_next_sub_kernel_reading_the_early_start_output(npugraph, early_mul):
     assert h.ops == ["aten::mul.Tensor", "aten::add.Tensor"] and h.severity == "error"
     assert "SetNextTaskStart" in h.message and "'decode'" in h.message and "reads" in h.message
     assert "last write" in h.message
+    # the scope is named by its `with` line, not by the first op in it
+    assert f"(opened at tests/replay/test_super_kernel.py:{first + 1})" in h.message
 
 
 def test_ge_next_sub_kernel_overwriting_the_early_start_output(npugraph, early_mul):

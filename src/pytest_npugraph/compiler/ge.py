@@ -210,7 +210,7 @@ class _GeRunner(Runner):
             emit.super_kernel_end(rt, self.super_kernel[2], self.super_kernel[:2])
             self.super_kernel = None
         if wanted is not None and self.super_kernel is None:
-            emit.super_kernel_begin(rt, stream, wanted)
+            emit.super_kernel_begin(rt, stream, wanted, scope.super_kernel_site)
             self.super_kernel = (*wanted, stream)
 
 
