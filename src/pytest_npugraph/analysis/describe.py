@@ -125,7 +125,10 @@ def mode(trace, kernel) -> str:
 def stream_expr(trace, sid) -> str:
     """A Python expression for a stream where one exists, else a placeholder naming it."""
     label = stream(trace, sid)
-    return "torch.npu.default_stream()" if label.endswith("/default") else f"<the stream object of {label}>"
+    if label.endswith("/default"):
+        return "torch.npu.default_stream()"
+    made = label.partition(" (made at ")[2]
+    return f"<the stream made at {made[:-1]}>" if made else f"<the stream object of {label}>"
 
 
 def order_fix(trace, first, then) -> str:

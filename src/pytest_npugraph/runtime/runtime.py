@@ -66,6 +66,17 @@ class Runtime:
         if info is not None:
             self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, state.label)
 
+    def stream_made_at(self, state: StreamState, site) -> None:
+        """An eager stream is named by the line that made it: ``npu:0/stream-1 (made at test_x.py:12)``
+        (the first ``torch.npu.Stream()`` of this test that got this pool stream)."""
+        if state.physical_label or site == T.UNKNOWN_SITE:
+            return
+        state.physical_label = state.label
+        state.label = f"{state.label} (made at {site})"
+        info = self.trace.streams.get(state.sid)
+        if info is not None:
+            self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, state.label)
+
     def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
         """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
         the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing."""
