@@ -11,6 +11,7 @@ yields no hazards.  To add an analysis, import it and append one line (wrapped i
 """
 from __future__ import annotations
 
+import re
 import traceback
 
 from ..hazard import KINDS
@@ -86,12 +87,50 @@ def analyze(trace, kinds=None) -> list:
             found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
         except Exception as exc:      # keep going: the other analyses' hazards must still be reported
             failures.append((function.__qualname__, exc))
-    found = fold_causes(found)
+    found = same_on_devices(fold_causes(found))
     if kinds is not None:
         found = [h for h in found if h.kind in set(kinds)]
     if failures:
         raise AnalysisError(failures, found) from failures[0][1]
     return found
+
+
+_DEVICE = re.compile(r"npu:\d+")
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
+_RANK = re.compile(r"\bof rank \d+")
+
+
+def _devices(h) -> list:
+    return sorted({int(m[4:]) for s in h.streams for m in _DEVICE.findall(s)})
+
+
+def same_on_devices(hazards: list) -> list:
+    """One report per root cause: the hazards that read the same but for the device (and its rank,
+    addresses) on several devices (a ``run_ranks`` body racing on every rank) are one hazard, the
+    first device's, ending ``(the same on npu:1, ...)`` and listing every device's streams."""
+    groups: dict = {}
+    out: list = []
+    for h in hazards:
+        devices = _devices(h)
+        if len(devices) != 1 or h.kind == "deadlock":
+            out.append(h)
+            continue
+        text = _RANK.sub("of rank #", _ADDRESS.sub("0x#", _DEVICE.sub("npu:#", h.message)))
+        key = (h.kind, h.severity, text, tuple(h.where))
+        group = groups.get(key)
+        if group is None or devices[0] in group[1]:
+            groups[key] = (h, {devices[0]})
+            out.append(h)
+            continue
+        first, seen = group
+        seen.add(devices[0])
+        first.streams = list(dict.fromkeys(first.streams + h.streams))
+        first.seqs = tuple(dict.fromkeys(first.seqs + h.seqs))
+    for first, seen in groups.values():
+        if len(seen) > 1:
+            shown = _devices(first)[0]
+            first.message += "\n(the same on " + ", ".join(f"npu:{d}" for d in sorted(seen - {shown})) + ")"
+    return out
 
 
 def fold_causes(hazards: list) -> list:
