@@ -124,6 +124,13 @@ class StreamInfo:
     device: int
     stream_id: int  # torch_npu encoding: 0 default, (3<<5)+i pool, ...
     label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/graph_1:main", "npu:0/graph_1:tag '1' (stream-0)"
+    site: Site = UNKNOWN_SITE   # the user's line that made it (an eager torch.npu.Stream()), if one did
+
+    @property
+    def name(self) -> str:
+        """The label with the line that made the stream: ``npu:0/stream-1 (made at test_x.py:12)``
+        (timelines and the HTML report; report texts say the label and list the lines once)."""
+        return self.label if self.site == UNKNOWN_SITE else f"{self.label} (made at {self.site})"
 
 
 @_record

@@ -87,7 +87,7 @@ def analyze(trace, kinds=None) -> list:
             found.extend(h for h in function(trace, cache) if wanted is None or h.kind in wanted)
         except Exception as exc:      # keep going: the other analyses' hazards must still be reported
             failures.append((function.__qualname__, exc))
-    found = same_on_devices(fold_causes(found))
+    found = same_on_devices(fold_causes(_with_made_at(trace, found)))
     if kinds is not None:
         found = [h for h in found if h.kind in set(kinds)]
     if failures:
@@ -131,6 +131,15 @@ def same_on_devices(hazards: list) -> list:
             shown = _devices(first)[0]
             first.message += "\n(the same on " + ", ".join(f"npu:{d}" for d in sorted(seen - {shown})) + ")"
     return out
+
+
+def _with_made_at(trace, hazards: list) -> list:
+    """Each report that names eager streams ends with the lines that made them (describe.made_at)."""
+    for h in hazards:
+        made = describe.made_at(trace, h)
+        if made:
+            h.message += f"\n({made})"
+    return hazards
 
 
 def fold_causes(hazards: list) -> list:

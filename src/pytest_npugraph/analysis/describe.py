@@ -13,6 +13,19 @@ def stream(trace, sid) -> str:
     return info.label if info is not None else f"stream#{sid}"
 
 
+def made_at(trace, hazard) -> str:
+    """The lines that made the eager streams a report names, once per report:
+    ``streams made at: npu:0/stream-0, npu:0/stream-1 at test_x.py:12`` ("" when it names none)."""
+    by_site: dict = {}
+    for info in trace.streams.values():
+        if info.site != UNKNOWN_SITE and info.label in hazard.streams:
+            by_site.setdefault(str(info.site), []).append(info.label)
+    if not by_site:
+        return ""
+    return "streams made at: " + "; ".join(f"{', '.join(sorted(labels))} at {site}"
+                                            for site, labels in sorted(by_site.items()))
+
+
 def stream_key(trace, sid) -> tuple:
     """(device, label): orders streams in reports by what users see, not by ids (a
     process-wide counter, so they depend on the ranks' thread timing)."""
@@ -127,8 +140,10 @@ def stream_expr(trace, sid) -> str:
     label = stream(trace, sid)
     if label.endswith("/default"):
         return "torch.npu.default_stream()"
-    made = label.partition(" (made at ")[2]
-    return f"<the stream made at {made[:-1]}>" if made else f"<the stream object of {label}>"
+    info = trace.streams.get(sid)
+    if info is not None and info.site != UNKNOWN_SITE:
+        return f"<the stream made at {info.site}>"
+    return f"<the stream object of {label}>"
 
 
 def order_fix(trace, first, then) -> str:

@@ -67,15 +67,12 @@ class Runtime:
             self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, state.label)
 
     def stream_made_at(self, state: StreamState, site) -> None:
-        """An eager stream is named by the line that made it: ``npu:0/stream-1 (made at test_x.py:12)``
-        (the first ``torch.npu.Stream()`` of this test that got this pool stream)."""
-        if state.physical_label or site == T.UNKNOWN_SITE:
-            return
-        state.physical_label = state.label
-        state.label = f"{state.label} (made at {site})"
+        """Remember the user's line that made an eager stream (the first ``torch.npu.Stream()`` of this
+        test that got this pool stream): ``npu:0/stream-1 (made at test_x.py:12)`` in timelines and
+        the HTML report, and a ``made at`` line under a report that names the stream."""
         info = self.trace.streams.get(state.sid)
-        if info is not None:
-            self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, state.label)
+        if info is not None and info.site == T.UNKNOWN_SITE and site != T.UNKNOWN_SITE:
+            self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, info.label, site)
 
     def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
         """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
