@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from . import cann as _cann
 from .chips import DEFAULT_CHIP, ChipProfile, lookup
 
 
@@ -19,6 +20,8 @@ class TestConfig:
     nodeid: str = ""
     schedule: str = "program"     # --npu-schedule: program (issue order) or shuffle (runtime/executor.py)
     schedule_seed: int = 0        # --npu-schedule-seed: the shuffle's seed (each test starts from it)
+    cann: str = _cann.DEFAULT     # --npu-cann / npu_cann marker: the CANN release emulated (cann.py)
+    rank_skew: Optional[int] = None   # seed of the run_ranks threads' skews (runtime/skew.py); None: none
 
 
 @dataclass

@@ -37,7 +37,9 @@ def pytest_npugraph_register_ops(registry: OpRegistry) -> None:
     """Add CPU implementations of custom ops.
 
     :param registry: call ``registry.register(name, schema, impl, cores=None)``: ``name`` the op
-        (``"npu_my_op"``; it becomes ``torch_npu.npu_my_op`` and ``torch.ops.npu.npu_my_op``),
+        (``"npu_my_op"``; it becomes ``torch_npu.npu_my_op`` and ``torch.ops.npu.npu_my_op``; a
+        qualified name, ``"_C_ascend::rotary_embedding"``, or ``namespace="_C_ascend"`` defines it in
+        that namespace, ``torch.ops._C_ascend.rotary_embedding``, for a C++ extension's ops),
         ``schema`` its torch schema (``"npu_my_op(Tensor x, int k=1) -> Tensor"``), ``impl`` a function
         of CPU tensors returning what the schema returns, ``cores`` its profile (as
         ``pytest_npugraph_op_profile`` returns).  Registering an op torch_npu already has (with its

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ._context import TestConfig
+from . import cann
 from .chips import CHIPS, lookup
 from .hazard import KINDS
 
@@ -11,6 +12,8 @@ MARKERS = {
     "npu_chip": "npu_chip(NAME): chip profile (core counts, memory), e.g. Ascend910B3 or Ascend910_9392.",
     "npu_devices": "npu_devices(N): number of emulated NPU devices in the test (default 1).",
     "npu_allow": "npu_allow(KIND, ...): hazards of these kinds are reported but do not fail the test.",
+    "npu_cann": "npu_cann(VERSION): the CANN release emulated in the test, e.g. npu_cann('9.0.0') "
+                "(HCCL AIV op table, static kernel + core limit).",
 }
 
 
@@ -29,7 +32,7 @@ def _one(item, name):
     return marks[0] if marks else None   # the closest marker wins, as with pytest's own markers
 
 
-def config_for(item, default_chip: str) -> TestConfig:
+def config_for(item, default_chip: str, default_cann: str = cann.DEFAULT) -> TestConfig:
     chip = lookup(default_chip)
     mark = _one(item, "npu_chip")
     if mark is not None:
@@ -68,4 +71,14 @@ def config_for(item, default_chip: str) -> TestConfig:
             if kind not in KINDS:
                 raise MarkerError(f"@pytest.mark.npu_allow: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
             allow.add(kind)
-    return TestConfig(chip=chip, device_count=devices, allow=frozenset(allow), nodeid=item.nodeid)
+    version = default_cann
+    mark = _one(item, "npu_cann")
+    if mark is not None:
+        if len(mark.args) != 1 or mark.kwargs or not isinstance(mark.args[0], str):
+            raise MarkerError(f"@pytest.mark.npu_cann takes one version string, e.g. npu_cann('8.5.0'); "
+                              f"got args={mark.args!r} kwargs={mark.kwargs!r}")
+        version = mark.args[0]
+        if version not in cann.VERSIONS:
+            raise MarkerError(f"@pytest.mark.npu_cann: unknown CANN version {version!r}; known versions: "
+                              f"{', '.join(cann.VERSIONS)}")
+    return TestConfig(chip=chip, device_count=devices, allow=frozenset(allow), nodeid=item.nodeid, cann=version)

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from . import activation
+from . import activation, cann
 from ._context import CONTEXT
 from .chips import CHIPS, DEFAULT_CHIP, lookup
 from .hazard import NpuHazardWarning
@@ -25,6 +25,7 @@ STASH_OUTCOME = pytest.StashKey()      # config.stash: the HazardOutcome plugin 
 STASH_SAVED = pytest.StashKey()        # config.stash: the CONTEXT fields to give back at unconfigure
 STASH_MODULES = pytest.StashKey()
 STASH_SCHEDULE = pytest.StashKey()     # config.stash: (schedule, seed) of this session
+STASH_CANN = pytest.StashKey()         # config.stash: the session's default CANN version
 
 
 def pytest_addhooks(pluginmanager):
@@ -40,6 +41,9 @@ def pytest_addoption(parser):
                          "installed). ini: npu_emulate")
     group.addoption("--npu-chip", default=None, metavar="NAME",
                     help=f"default chip profile of emulated devices ({', '.join(CHIPS)}). ini: npu_chip")
+    group.addoption("--npu-cann", default=None, metavar="VERSION",
+                    help=f"CANN release the emulation follows ({', '.join(cann.VERSIONS)}; default {cann.DEFAULT}): "
+                         "HCCL AIV op table, static kernel + core limit. ini: npu_cann")
     group.addoption("--npu-hazards", choices=_HAZARDS, default=None,
                     help="what a hazard does to its test: error (fail, default), warn (NpuHazardWarning), "
                          "off (record only). ini: npu_hazards")
@@ -60,6 +64,7 @@ def pytest_addoption(parser):
     parser.addini("npu_schedule", "default for --npu-schedule (program, shuffle)", default="program")
     parser.addini("npu_schedule_seed", "default for --npu-schedule-seed", default="")
     parser.addini("npu_chip", "default for --npu-chip", default=DEFAULT_CHIP)
+    parser.addini("npu_cann", "default for --npu-cann", default=cann.DEFAULT)
     parser.addini("npu_hazards", "default for --npu-hazards (error, warn, off)", default="error")
     parser.addini("npu_trace_dir", "default for --npu-trace-dir", default="")
     parser.addini("npu_html", "default for --npu-html", default="")
@@ -100,6 +105,11 @@ def pytest_configure(config):
     if chip not in CHIPS:
         raise pytest.UsageError(f"npugraph: --npu-chip / npu_chip: unknown chip {chip!r}; known chips: "
                                 f"{', '.join(CHIPS)}")
+    version = _setting(config, "npu_cann")
+    if version not in cann.VERSIONS:
+        raise pytest.UsageError(f"npugraph: --npu-cann / npu_cann: unknown CANN version {version!r}; known "
+                                f"versions: {', '.join(cann.VERSIONS)}")
+    config.stash[STASH_CANN] = version
     hazards = _setting(config, "npu_hazards", _HAZARDS)
     config.stash[STASH_SCHEDULE] = (_setting(config, "npu_schedule", _SCHEDULES), _schedule_seed(config))
     emulating = _emulation_wanted(config)
@@ -115,7 +125,7 @@ def pytest_configure(config):
     if trace_dir or html_path:
         from .report.export import Export   # no torch, no networkx
 
-        outcome.export = Export(config, trace_dir, html_path, _header(outcome))
+        outcome.export = Export(config, trace_dir, html_path, _header(outcome, version))
         config.pluginmanager.register(outcome.export, "npugraph-export")
 
 
@@ -168,7 +178,7 @@ def pytest_report_header(config):
         return None
     if not CONTEXT.emulating:
         return "npugraph: NPU emulation off"
-    lines = [_header(outcome), "npugraph: 1 emulated device per test (@pytest.mark.npu_devices(N) for more)"]
+    lines = [_header(outcome, config.stash[STASH_CANN]), "npugraph: 1 emulated device per test (@pytest.mark.npu_devices(N) for more)"]
     schedule, seed = config.stash[STASH_SCHEDULE]
     lines.append(f"npugraph: schedule {schedule}" + (f" (--npu-schedule-seed={seed})" if schedule == "shuffle" else ""))
     export = outcome.export
@@ -178,10 +188,11 @@ def pytest_report_header(config):
     return lines
 
 
-def _header(outcome) -> str:
+def _header(outcome, version: str) -> str:
     chip = lookup(outcome.chip)
     return (f"npugraph: NPU emulation {'on' if CONTEXT.emulating else 'off'} ({chip.name}: {chip.cube_cores} cube / "
-            f"{chip.vector_cores} vector cores, {chip.hbm_bytes >> 30} GiB per device), hazards: {outcome.mode}")
+            f"{chip.vector_cores} vector cores, {chip.hbm_bytes >> 30} GiB per device; CANN {version}), "
+            f"hazards: {outcome.mode}")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -189,7 +200,7 @@ def pytest_collection_modifyitems(session, config, items):
     chip = config.stash[STASH_OUTCOME].chip
     for item in items:
         try:
-            config_for(item, chip)
+            config_for(item, chip, config.stash[STASH_CANN])
         except MarkerError as exc:
             errors.append(f"{item.nodeid}: {exc}")
     if errors:
@@ -202,8 +213,9 @@ def pytest_runtest_setup(item):
     if not CONTEXT.emulating:
         return
     schedule, seed = item.config.stash[STASH_SCHEDULE]
-    test_config = dataclasses.replace(config_for(item, item.config.stash[STASH_OUTCOME].chip),
-                                      schedule=schedule, schedule_seed=seed)
+    test_config = dataclasses.replace(
+        config_for(item, item.config.stash[STASH_OUTCOME].chip, item.config.stash[STASH_CANN]),
+        schedule=schedule, schedule_seed=seed, rank_skew=seed if schedule == "shuffle" else None)
     CONTEXT.begin(test_config, item.ihook)
     item.stash[STASH_MODULES] = activation.snapshot()
 

@@ -77,9 +77,19 @@ MIRRORED = {
     ("compiler/settings.py", "pool = config.use_graph_pool"): "torch_npu/dynamo/npugraph_ex/npu_fx_compiler.py",
     ("shims/torchair/inference/__init__.py", "for dim_index, gears in dim_gears.items():"):
         "torch_npu/dynamo/torchair/inference/_gear_utils.py: set_dim_gears",
-    ("shims/npugraph_ex/npu_fx_compiler.py", "return functools.partial(_npu_backend, compiler_config=compiler_config, "
-     "decompositions=dict({} if custom_decompositions is None else custom_decompositions),"):
+    ("shims/npugraph_ex/npu_fx_compiler.py",
+     "decompositions = dict({} if custom_decompositions is None else custom_decompositions)"):
         "torch_npu/dynamo/npugraph_ex/npu_fx_compiler.py: _get_merged_decompositions (dict.update)",
+    # cache_compile reads the backend's keywords unchecked (a backend is a functools.partial)
+    ("shims/torchair/inference/__init__.py", 'if backend.keywords.get("compiler_config") != config:'):
+        "torch_npu/dynamo/torchair/inference/_cache_compiler.py: cache_compile",
+    ("shims/torchair/inference/__init__.py", 'config = backend.keywords.get("compiler_config")'):
+        "torch_npu/dynamo/torchair/inference/_cache_compiler.py: cache_compile",
+    # dynamo_export sets the config's export fields and reads the model's weights unchecked
+    ("shims/torchair/npu_export.py", "config.export.export_mode = True"):
+        "torch_npu/dynamo/torchair/npu_export.py: _get_export_config",
+    ("shims/torchair/npu_export.py", "for name, p in model.named_buffers():"):
+        "torch_npu/dynamo/torchair/npu_export.py: _get_model_weight_names",
 }
 
 

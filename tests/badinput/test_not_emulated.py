@@ -15,8 +15,10 @@ def test_an_op_without_cpu_math_is_not_emulated(npugraph):
 
 
 def test_an_api_the_emulator_does_not_model_is_not_emulated():
-    with pytest.raises(NotEmulated, match="does not emulate torchair.dynamo_export"):
-        torchair.dynamo_export(torch.randn(2), model=torch.nn.Identity())
+    from torchair.llm_datadist import create_npu_tensors
+
+    with pytest.raises(NotEmulated, match="does not emulate LLM-DataDist"):
+        create_npu_tensors([2, 2], torch.float16, [0x1000])
 
 
 def test_not_emulated_is_caught_as_not_implemented():

@@ -8,6 +8,7 @@ buffers); a test suite must fail fast, at the user's line, and leave the next te
 import contextlib
 import os
 import re
+import threading
 import time
 from datetime import timedelta
 
@@ -181,12 +182,17 @@ def test_split_sizes_that_do_not_pair_up_are_an_error(npugraph):
 
 def test_a_rank_blocked_outside_the_device_ends_by_the_groups_timeout(npugraph):
     """The last resort: no device state explains the wait, so the process group's timeout does."""
+    issued = threading.Event()
+
     def fn(rank):
         dist.init_process_group("hccl", rank=rank, world_size=2, timeout=timedelta(seconds=1))
         if rank == 1:
+            issued.wait(30)                 # rank 0 is about to block in its read (however slow its first ops)
             time.sleep(2)                   # blocked in user code (then aborted, within run_ranks' grace)
         t = torch.ones(1, device="npu")
         dist.all_reduce(t)
+        if rank == 0:
+            issued.set()
         return t.cpu()
 
     message = str(run_failing(npugraph, fn, hazard="never issues it"))

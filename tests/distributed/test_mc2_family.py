@@ -119,8 +119,9 @@ def test_mm_reduce_scatter_base_keeps_each_ranks_rows_of_the_sum(npugraph, world
 def test_mc2_matmuls_are_recorded_as_mc2_collectives_of_the_group(npugraph):
     def fn(rank):
         hcom = _init(rank, 2)
-        x = torch.randn(4, 8).npu()
-        w = torch.randn(8, 8).npu()
+        g = torch.Generator().manual_seed(rank)     # per rank: the rank threads share torch's global generator
+        x = torch.randn(4, 8, generator=g).npu()
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(7)).npu()
         y = torch_npu.npu_mm_all_reduce_base(x, w, hcom)
         y, _ = torch_npu.npu_all_gather_base_mm(y, w, hcom, 2)
         return torch_npu.npu_mm_reduce_scatter_base(y, w, hcom, 2).cpu()

@@ -204,3 +204,63 @@ def test_on_npu_rope_ops_record_vector_kernels_and_v2_writes_the_caches(npugraph
     rope_kernel = [k for k in kernels if "npu_apply_rotary_pos_emb" in k.op][0]
     assert rope_kernel.cores.kind == "AIV" and rope_kernel.cores.vector == npugraph.vector_cores
     npugraph.assert_clean()
+
+
+# ============================================================================ _npu_rotary_embedding
+def vllm_rotary_reference(positions, x, head_size, cache, neox):
+    """vLLM's rotary_embedding kernel written per element: for token t, head h, i < rot/2:
+    neox: (x[i], x[i+rot/2]) -> (x[i] c - x[i+rot/2] s, x[i+rot/2] c + x[i] s); GPT-J: the pair (x[2i], x[2i+1])."""
+    rot = cache.size(1)
+    half = rot // 2
+    out = x.clone().double().reshape(x.size(0), -1, head_size)
+    src = x.double().reshape(x.size(0), -1, head_size)
+    for t in range(x.size(0)):
+        c, s = cache[positions[t], :half].double(), cache[positions[t], half:].double()
+        for h in range(src.size(1)):
+            for i in range(half):
+                a_i, b_i = (i, i + half) if neox else (2 * i, 2 * i + 1)
+                out[t, h, a_i] = src[t, h, a_i] * c[i] - src[t, h, b_i] * s[i]
+                out[t, h, b_i] = src[t, h, b_i] * c[i] + src[t, h, a_i] * s[i]
+    return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_npu_rotary_embedding_is_vllms_kernel_in_place(neox):
+    positions = torch.tensor([4, 0, 2])
+    q, k = torch.randn(3, 2 * 8), torch.randn(3, 1 * 8)
+    cache = torch.randn(6, 8)
+    want_q = vllm_rotary_reference(positions, q, 8, cache, neox)
+    want_k = vllm_rotary_reference(positions, k, 8, cache, neox)
+    assert R._npu_rotary_embedding(positions, q, k, 8, cache, neox) is None
+    close(q, want_q)
+    close(k, want_k)
+
+
+def test_npu_rotary_embedding_partial_rotary_dim_and_errors():
+    positions = torch.tensor([1, 3], dtype=torch.int32)
+    q, k = torch.randn(2, 2 * 8, dtype=torch.bfloat16), torch.randn(2, 8, dtype=torch.bfloat16)
+    cache = torch.randn(4, 4)                                   # rotary_dim 4 < head_size 8
+    want = vllm_rotary_reference(positions, q.float(), 8, cache, True)
+    R._npu_rotary_embedding(positions, q, k, 8, cache, True)
+    close(q.float(), want.float(), tol=2e-2)
+    with pytest.raises(RuntimeError, match="positions must be int32 or int64"):
+        R._npu_rotary_embedding(positions.float(), q, k, 8, cache, True)
+    with pytest.raises(RuntimeError, match="must be even and at most head_size"):
+        R._npu_rotary_embedding(positions, q, k, 2, cache, True)
+    with pytest.raises(RuntimeError, match="positions must lie in"):
+        R._npu_rotary_embedding(torch.tensor([0, 9]), q, k, 8, cache, True)
+
+
+def test_npu_rotary_embedding_on_npu_writes_query_and_key(npugraph):
+    import torch_npu
+    from pytest_npugraph.trace import Kernel
+
+    positions, cache = torch.tensor([2, 1]), torch.randn(3, 8)
+    q, k = torch.randn(2, 16), torch.randn(2, 8)
+    qn, kn = q.npu(), k.npu()
+    torch_npu._npu_rotary_embedding(positions.npu(), qn, kn, 8, cache.npu(), False)
+    close(qn.cpu(), vllm_rotary_reference(positions, q, 8, cache, False))
+    close(kn.cpu(), vllm_rotary_reference(positions, k, 8, cache, False))
+    kernel = [r for r in npugraph.trace.records if type(r) is Kernel and "rotary_embedding" in r.op][0]
+    assert kernel.cores.kind == "ATB" and len(kernel.writes) >= 2
+    npugraph.assert_clean()

@@ -49,6 +49,8 @@ def test_markers_listed_and_accepted_under_strict_markers(pytester):
     ("npu_chip('Ascend999')", "npu_chip: unknown chip 'Ascend999'"),
     ("npu_devices(0)", "npu_devices: the device count must be a positive int, got 0"),
     ("npu_allow('races')", "npu_allow: unknown hazard kind 'races'"),
+    ("npu_cann('8.4.0')", "npu_cann: unknown CANN version '8.4.0'; known versions: 8.0.0, 8.5.0, 9.0.0"),
+    ("npu_cann(9)", "npu_cann takes one version string"),
 ])
 def test_malformed_marker_is_a_usage_error_naming_marker_and_test(pytester, marker, message):
     pytester.makepyfile(f"""
@@ -71,6 +73,32 @@ def test_bad_options_are_usage_errors(pytester):
     result = run(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*npu_hazards must be one of error, warn, off*"])
+    result = run(pytester, "-c", "/dev/null", "--npu-cann=8.4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--npu-cann / npu_cann: unknown CANN version '8.4'; known versions: 8.0.0, "
+                                 "8.5.0, 9.0.0*"])
+
+
+def test_cann_from_the_ini_the_option_and_the_marker(pytester):
+    """--npu-cann over the ini's npu_cann over the default; the marker over both, per test."""
+    pytester.makepyfile("""
+        import pytest, torch_npu
+
+        def test_session(npugraph, request):
+            expected = request.config.getoption("npu_cann") or "8.0.0"
+            assert torch_npu.npu.utils.get_cann_version() == expected
+
+        @pytest.mark.npu_cann("9.0.0")
+        def test_marked(npugraph):
+            assert torch_npu.npu.utils.get_cann_version() == "9.0.0"
+    """)
+    pytester.makeini("[pytest]\nnpu_cann = 8.0.0\n")
+    result = run(pytester, "--npu-emulate=on")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["npugraph: NPU emulation on (*; CANN 8.0.0), hazards: error"])
+    result = run(pytester, "--npu-emulate=on", "--npu-cann=9.0.0")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["npugraph: NPU emulation on (*; CANN 9.0.0), hazards: error"])
 
 
 def test_loading_the_plugin_imports_neither_torch_nor_networkx(pytester):
@@ -116,7 +144,7 @@ def test_report_header_names_chip_and_mode(pytester):
     pytester.makepyfile("def test_x(): pass")
     result = run(pytester, "--npu-emulate=on", "--npu-chip=Ascend910B4", "--npu-hazards=warn")
     result.stdout.fnmatch_lines(["npugraph: NPU emulation on (Ascend910B4: 20 cube / 40 vector cores, 32 GiB "
-                                 "per device), hazards: warn"])
+                                 "per device; CANN 8.5.0), hazards: warn"])
 
 
 def test_race_fails_the_test_with_a_report_at_user_lines(pytester):

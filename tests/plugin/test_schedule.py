@@ -98,3 +98,33 @@ def test_the_examples_racy_variant_fails_its_numbers_under_shuffle(pytester):
     failed = sum(run(pytester, "--npu-schedule=shuffle", f"--npu-schedule-seed={seed}", "-k", "numbers")
                  .parseoutcomes().get("failed", 0) for seed in range(4))
     assert failed >= 1
+
+
+RANKS = """
+import pytest, torch, torch.distributed as dist
+from pytest_npugraph.runtime import skew
+
+@pytest.mark.npu_devices(2)
+def test_ranks(npugraph, monkeypatch):
+    slept = []
+    monkeypatch.setattr(skew.time, "sleep", slept.append)
+    def rank_fn(rank):
+        t = torch.ones(4, device="npu") * (rank + 1)
+        for _ in range(30):
+            t = t + 1
+        dist.all_reduce(t)
+        return t.cpu().tolist()
+    assert npugraph.run_ranks(rank_fn) == [[63.0] * 4] * 2
+    print("SKEWED", "kernel_now" in vars(npugraph.runtime), bool(slept))
+"""
+
+
+def test_shuffle_also_skews_the_rank_threads_by_its_seed(pytester):
+    """The shuffle's seed decides the run_ranks threads' delays at op boundaries (runtime/skew.py)."""
+    pytester.makepyfile(test_ranks=RANKS)
+    result = run(pytester, "-s", "--npu-schedule=shuffle", "--npu-schedule-seed=5")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*SKEWED True True*"])
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*SKEWED False False*"])

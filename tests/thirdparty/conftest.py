@@ -1,7 +1,5 @@
 import pytest
 
-pytest.importorskip("transformers", reason="tests/thirdparty needs the test extra: pip install -e '.[test]'")
-
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():

@@ -3,14 +3,17 @@ DeepSeek-V3 built from small random configs give the same logits and the same gr
 on the CPU, eagerly, through transformers' Ascend flash-attention path (``npu_fusion_attention``)
 and compiled with the TorchAir backend in GE and reduce-overhead mode."""
 import pytest
-import torch
-import torch_npu  # noqa: F401
-import torchair
-from torchair.configs.compiler_config import CompilerConfig
 
-from pytest_npugraph import trace as T
+pytest.importorskip("transformers", reason="test_hf_models needs the test extra: pip install -e '.[test]'")
 
-from .models import ARCHITECTURES, build, prompt
+import torch  # noqa: E402
+import torch_npu  # noqa: E402,F401
+import torchair  # noqa: E402
+from torchair.configs.compiler_config import CompilerConfig  # noqa: E402
+
+from pytest_npugraph import trace as T  # noqa: E402
+
+from .models import ARCHITECTURES, build, prompt  # noqa: E402
 
 MODELS = list(ARCHITECTURES)
 MOE = {"qwen2_moe", "deepseek_v3"}

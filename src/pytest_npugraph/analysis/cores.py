@@ -268,7 +268,9 @@ def _unique(items) -> list:
 WHY_IGNORED = {
     "AICPU": "AICPU ops run on the AI CPU and do not take core limits",
     "ATB": "ATB ops do not take core limits",
-    "HCCL": "HCCL collectives in AICPU mode do not take core limits (only AIV mode does)",
+    "HCCL": ("HCCL collectives in AI_CPU or HOST expansion mode (HCCL_OP_EXPANSION_MODE) are orchestrated on "
+             "the AI CPU or the host and do not take core limits; only AIV mode runs them on the vector cores a "
+             "limit governs"),
 }
 
 

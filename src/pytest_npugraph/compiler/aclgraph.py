@@ -33,7 +33,7 @@ from ..runtime.callsite import caller_of_compiled, user_site
 from ..runtime.runtime import current
 from ..runtime.tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
-from . import deadlock_check, emit, fxgraph, reinplace, scope_stack, stream_events
+from . import data_dump, deadlock_check, emit, fxgraph, reinplace, scope_stack, stream_events
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -97,6 +97,13 @@ class AclConcreteGraph:
         gm.graph.eliminate_dead_code()
         emit.reinplace_verdicts(reinplace.apply(gm, settings, name))           # steps 7-8
         self.static_kernel = passes.replace_core_limit_nodes(gm, settings)
+        if settings.data_dump_path is not None and settings.data_dump_stage == "optimized":
+            if settings.super_kernel_optimize:
+                warnings.warn("When super_kernel_optimize is enabled,the dump_config.enable_dump configuration "
+                              "becomes invalid." if settings.backend == "torchair" else "When super_kernel_optimize "
+                              "is enabled,the dump_tensor_data configuration becomes invalid.")
+            else:
+                data_dump.insert_saves(gm, data_dump.rank_dir(settings.data_dump_path))
         gm.recompile()
         fxgraph.stream_labels(gm)
         self.gm = gm

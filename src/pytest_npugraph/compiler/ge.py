@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
 from ..runtime import profiles
 from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
-from . import emit, fxgraph
+from . import data_dump, emit, export, fxgraph
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, record_node, wait_node
 
@@ -80,6 +82,9 @@ class GeGraph:
                     if n.op not in ("placeholder", "output")]
         self.record = None
         self._plan_edges(gm)
+        self.export = settings.export
+        self.settings = settings
+        self.data_dump = None if settings.data_dump_path is None else data_dump.GeDump(gm, name, settings)
         self._runner = _GeRunner(self)
         self._generation = None
         self.streams: dict = {}
@@ -136,6 +141,8 @@ class GeGraph:
         rt.graphs.append(self.record)
 
     def __call__(self, *args):
+        if self.export is not None:             # dynamo_export: write the export, do not run
+            export.export(self.gm, self.name, self.lane, args, self.settings)
         rt = current()
         device = _device_of(args, rt)
         if self._generation != (rt.generation, device):
@@ -157,6 +164,9 @@ class _GeRunner(Runner):
         rt.record_event(g.fork, self.launch)
         for stream in g.streams.values():
             rt.wait_event(g.fork, stream)
+        if g.data_dump is not None:
+            g.data_dump.begin(g.record.runs - 1, self.device)
+        self.task_id = 0
 
     def finish(self, rt, outputs):
         g = self.graph
@@ -193,11 +203,15 @@ class _GeRunner(Runner):
             elif name == "air.record.default":
                 result = record_node(rt)
             elif name == "air.wait.default":
-                result = wait_node(args[0])
+                # a waited tensor is a data edge: its producer's event was waited above (g.waits)
+                result = wait_node([a for a in args[0] if not isinstance(a, torch.Tensor)])
             else:
                 result = self.call(node, args, kwargs)
         finally:
             stream.cube_limit, stream.vector_limit = saved
+        self.task_id += 1
+        if g.data_dump is not None:
+            g.data_dump.node(node, args, kwargs, result, stream.sid, self.task_id)
         for edge in g.after.get(node, ()):
             rt.record_event(g.events[edge], stream)
         return result

@@ -12,7 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
-from . import fxgraph, stream_events
+from . import data_dump, fxgraph, graph_dump, stream_events
 from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
 from .ge import GeGraph
@@ -53,15 +53,14 @@ def optimize_fx(gm, settings, example_inputs):
     return gm
 
 
-def _dump(settings, gm, stem: str) -> None:
+def _dump(settings, gm, stem: str, name: str, lanes=None) -> None:
     if settings.graph_dump is None:
         return
     kind = settings.graph_dump_type
     if settings.aclgraph and kind != "py":
         raise NotImplementedError(f"Graph dump for aclGraph only support 'py' type, but got: {kind}.Please check "
                                   f"compile config setting: config.debug.graph_dump.type")
-    with open(settings.graph_dump(stem), "w", encoding="utf-8") as f:
-        f.write(gm.code if kind == "py" else str(gm.graph))
+    graph_dump.write(settings.graph_dump(stem), gm, kind, name, lanes)
 
 
 class NpuFxCompiler:
@@ -83,19 +82,26 @@ class NpuFxCompiler:
         mutated = fxgraph.mutated_user_inputs(gm)
         log.debug("find mutated user inputs: %s", mutated)
         name = next_graph_name()
-        gm = optimize_fx(gm, settings, example_inputs)
+        gm = (settings.optimize or optimize_fx)(gm, settings, example_inputs)
         fxgraph.valid_graph(gm)
-        _dump(settings, gm, f"dynamo_original_graph_{name.split('_')[1]}")
+        original = f"dynamo_original_graph_{name.split('_')[1]}"
         if mode == "max-autotune":
             if settings.run_eagerly:
+                _dump(settings, gm, original, name)
                 log.warning("When debug.run_eagerly=True is enabled, the graph FALLS BACK to EAGER execution. Once "
                             "running finished, please make sure to disable the debug.run_eagerly=True config to "
                             "ensure that the graph is compiled and executed.")
                 return Runner(gm).run
-            return GeGraph(gm, settings, name)
+            graph = GeGraph(gm, settings, name)
+            _dump(settings, gm, original, name, graph.lane)
+            return graph
+        _dump(settings, gm, original, name)
+        if settings.data_dump_path is not None and settings.data_dump_stage == "original":
+            # TorchAir returns the AOT graph with the saves inserted: it runs eagerly
+            return Runner(data_dump.insert_saves(gm, data_dump.rank_dir(settings.data_dump_path))).run
         graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward",
                                  event_tags=self.event_tags)
-        _dump(settings, graph.gm, f"dynamo_optimized_{name}")
+        _dump(settings, graph.gm, f"dynamo_optimized_{name}", name)
         return graph
 
 

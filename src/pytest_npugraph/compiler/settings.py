@@ -27,6 +27,17 @@ class Settings:
     graph_dump: Optional[Callable[[str], str]] = None            # stem -> path, None: no dump
     graph_dump_type: Optional[str] = None
     run_eagerly: bool = False
+    # data dump (data_dump.py): the base folder (None: off), aclgraph's stage, GE's filters
+    data_dump_path: Optional[str] = None
+    data_dump_stage: str = "optimized"
+    dump_mode: str = "all"
+    dump_step: str = ""
+    dump_layer: str = ""
+    # the FX optimisation step (pipeline.optimize_fx), or a callable (gm, settings, example_inputs) -> gm that
+    # replaces it: torchair's npu_fx_compiler._optimize_fx, looked up at each compile (tests wrap it)
+    optimize: Optional[Callable] = field(default=None, compare=False)
+    # dynamo_export: (export_path_dir, export_name, {id(weight): name}); None: run the graph
+    export: Optional[tuple] = field(default=None, compare=False)
     # aclgraph
     custom_pool: Any = None
     reuse_pool_in_fx: bool = True
@@ -102,7 +113,17 @@ def _from_torchair(config, cann_ge_9: bool) -> Settings:
         super_kernel_optimize_options=_raw(experimental.aclgraph._super_kernel_optimize_options),
         super_kernel_debug_options=_raw(experimental.aclgraph._super_kernel_debug_options),
         cann_ge_9=cann_ge_9, deadlock_check=_flag(debug.deadlock_check),
-        aicore_num=_raw(config.ge_config.aicore_num))
+        aicore_num=_raw(config.ge_config.aicore_num),
+        data_dump_path=_raw(config.dump_config.dump_path) if _flag(config.dump_config.enable_dump) else None,
+        data_dump_stage=_raw(config.dump_config.data_dump_stage), dump_mode=_raw(config.dump_config.dump_mode),
+        dump_step=_raw(config.dump_config.dump_step), dump_layer=_raw(config.dump_config.dump_layer),
+        export=_export(config.export))
+
+
+def _export(export) -> Optional[tuple]:
+    if not _flag(export.export_mode):
+        return None
+    return (_raw(export.export_path_dir), export.export_name or "export", dict(export.weight_name or {}))
 
 
 def _from_npugraph_ex(config, backend: str, cann_ge_9: bool) -> Settings:
@@ -122,4 +143,6 @@ def _from_npugraph_ex(config, backend: str, cann_ge_9: bool) -> Settings:
         super_kernel_optimize_options=_raw(config.super_kernel_optimize_options),
         super_kernel_debug_options=_raw(config.super_kernel_debug_options),
         cann_ge_9=cann_ge_9, deadlock_check=_flag(config.deadlock_check),
-        force_recapture=_flag(config.force_recapture), capture_error_mode=_raw(config.capture_error_mode))
+        force_recapture=_flag(config.force_recapture), capture_error_mode=_raw(config.capture_error_mode),
+        data_dump_path=_raw(config.data_dump_dir) if _flag(config.dump_tensor_data) else None,
+        data_dump_stage=_raw(config.data_dump_stage))

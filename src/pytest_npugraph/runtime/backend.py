@@ -2,7 +2,11 @@
 
 This is what ``import torch_npu`` does to torch (rename PrivateUse1 to ``npu``, register
 ``torch.npu``, add ``Tensor.npu``/``is_npu``/``Module.npu``), done through PyTorch's Python
-backend hooks, plus a PrivateUse1 fallback that creates NPU tensors for factory functions.
+backend hooks, plus the npu key's kernels: a PrivateUse1 fallback that creates NPU tensors for
+factory functions, ``empty``/``empty_strided`` (the device allocator answers first) and
+``_copy_from``.  It is THE torch-facing boundary: every ``torch.library`` registration for the npu
+key lives here (or in a runtime module ``install`` calls), and ``device_index`` is the one place a
+device argument becomes an index.
 """
 from __future__ import annotations
 
@@ -12,16 +16,100 @@ from torch.utils._pytree import tree_map
 from .outside_dynamo import outside_dynamo
 from .tensor import NPU, NpuTensor, _launch, _unwrap, wrap
 from .runtime import current
+from .device_index import device_index, with_index  # noqa: F401  (the one resolver; backend.device_index)
 
 _installed = False
 _library = None
+_kernels = None
 
 
-def _target_device(args, kwargs):
+# ------------------------------------------------------------------- devices
+class NpuDeviceGuard(torch._C._acc.DeviceGuard):
+    """The device guard registered for PrivateUse1.  torch 2.13's Python guard forwards only ``type_``
+    to Python: the C++ side answers ``getDevice`` with index 0 and ignores ``setDevice``, so where
+    C++ would resolve a bare ``npu`` through the guard (``at::native::to``'s ``ensure_has_index``,
+    reached by ``Tensor.to``, ``torch.tensor``/``as_tensor``/``asarray`` and ``Tensor.new_tensor``)
+    the Python entry point resolves it first with ``device_index`` (``_resolve_bare_devices``)."""
+
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+_dynamo_tracing = torch.compiler.is_dynamo_compiling   # False when called; Dynamo traces it as True
+_WRAPPED: dict = {}   # wrapper -> the torch function it resolves bare devices for
+
+
+def _resolve_bare_devices() -> None:
+    """The entry points where torch's C++ would ask the device guard for a bare npu's index resolve it
+    with ``device_index`` first (the calling thread's current device, as torch_npu's guard answers).
+    Compiled regions: Dynamo puts the wrappers into graphs as it puts the functions they wrap
+    (``register_with_dynamo``), so a graph resolves a bare npu when it runs, in the thread running
+    it, and the fake tensors made while tracing are on the tracing thread's device."""
+    def on_device(original):
+        def call(*args, **kwargs):        # device is keyword-only in each
+            if "device" in kwargs and not _dynamo_tracing():
+                kwargs["device"] = with_index(kwargs["device"])
+            return original(*args, **kwargs)
+        return _wrapper(call, original, original.__name__)
+
+    def tensor_to(self, *args, **kwargs):
+        if not _dynamo_tracing():
+            if args:
+                args = (with_index(args[0]),) + args[1:]
+            if "device" in kwargs:
+                kwargs["device"] = with_index(kwargs["device"])
+        return to(self, *args, **kwargs)
+
+    def tensor_new_tensor(self, data, *args, **kwargs):
+        """``new_tensor`` on an npu tensor: torch names the result's device by the dispatch key alone
+        (a bare npu), under a device guard set to ``self``'s device."""
+        if not _dynamo_tracing():
+            if kwargs.get("device") is None and type(self) is NpuTensor:
+                kwargs["device"] = self.device
+            elif "device" in kwargs:
+                kwargs["device"] = with_index(kwargs["device"])
+        return new_tensor(self, data, *args, **kwargs)
+
+    if torch.tensor in _WRAPPED:
+        return
+    torch.tensor = on_device(torch.tensor)
+    torch.as_tensor = on_device(torch.as_tensor)
+    torch.asarray = on_device(torch.asarray)
+    to, new_tensor = torch.Tensor.to, torch.Tensor.new_tensor
+    torch.Tensor.to = _wrapper(tensor_to, to, "to")
+    torch.Tensor.new_tensor = _wrapper(tensor_new_tensor, new_tensor, "new_tensor")
+
+
+def _wrapper(fn, original, name: str):
+    fn.__name__, fn.__qualname__, fn.__doc__ = name, name, original.__doc__
+    fn.__wrapped__ = original
+    _WRAPPED[fn] = original
+    return fn
+
+
+def register_with_dynamo() -> None:
+    """Dynamo treats each bare-device wrapper as the torch function it wraps (in-graph, with that
+    function's special handling): called when ``torch._dynamo`` is first imported."""
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables import TorchInGraphFunctionVariable
+
+    handlers = TorchInGraphFunctionVariable._get_handlers()
+    rules = {}
+    for fn, original in _WRAPPED.items():
+        if original in handlers and fn not in handlers:
+            handlers[fn] = handlers[original]
+        if fn.__name__ in ("tensor", "as_tensor", "asarray"):
+            rules[f"torch.{fn.__name__}"] = TorchInGraphFunctionVariable
+    trace_rules.torch_name_rule_map.append(rules)
+    trace_rules.clear_lru_cache()
+
+
+# ------------------------------------------------------------------- kernels
+def _target_device(args, kwargs) -> int:
     for value in list(kwargs.values()) + list(args):
         if isinstance(value, torch.device) and value.type == NPU:
-            return current().current_device() if value.index is None else value.index
-    return current().current_device()
+            return device_index(value)
+    return device_index(None)
 
 
 @outside_dynamo
@@ -46,21 +134,66 @@ def _privateuse1_fallback(keyset, op, *args, **kwargs):
     return result
 
 
+def _empty_nbytes(size, stride, dtype) -> int:
+    if any(n == 0 for n in size):
+        return 0
+    itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
+    if stride is None:
+        count = 1
+        for n in size:
+            count *= n
+        return count * itemsize
+    return (sum((n - 1) * abs(st) for n, st in zip(size, stride)) + 1) * itemsize
+
+
+def _npu_empty(op):
+    """The npu kernel of ``empty``/``empty_strided``: the device allocator answers (or raises
+    ``OutOfMemoryError``) before the CPU payload is made, so a huge request fails as on an NPU."""
+    strided = op is torch.ops.aten.empty_strided.default
+
+    def kernel(*args, **kwargs):
+        index = device_index(kwargs.get("device"))
+        rt = current()
+        rt.check_device(index)
+        rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
+        stream = rt.current_stream(index)
+        pool = stream.capture.pool if stream.capture is not None else None
+        nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
+        allocator = rt.devices[index].allocator
+        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
+            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
+        return wrap(op(*args, **dict(kwargs, device=torch.device("cpu"))), index)
+    return outside_dynamo(kernel)
+
+
+def _register_kernels() -> None:
+    """npu kernels the Python-key path cannot provide (once per process, like the C++ ones)."""
+    global _kernels
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_copy_from", "PrivateUse1"):
+        return
+    from . import tensor
+
+    _kernels = torch.library.Library("aten", "IMPL")
+    # torch.tensor(data, device="npu") copies with the Python key excluded: the PrivateUse1
+    # fallback cannot take NpuTensor arguments then (torch's Python fallback asserts)
+    _kernels.impl("_copy_from", tensor.copy_from_kernel, "PrivateUse1")
+    # allocations ask the emulated device first, so an out-of-memory is the NPU's, not the host's
+    for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
+                     ("empty_strided", torch.ops.aten.empty_strided.default)):
+        _kernels.impl(name, _npu_empty(op), "PrivateUse1")
+
+
+# --------------------------------------------------------------- Tensor.npu
 def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
     """``Tensor.npu``: copy to an NPU (the current one by default)."""
-    if device is None:
-        index = current().current_device()
-    elif isinstance(device, int):
-        index = device
-    else:
+    if device is not None and type(device) is not int:
         try:
             d = torch.device(device)
         except (RuntimeError, TypeError):
             raise RuntimeError("Invalid device, must be npu device") from None
         if d.type != NPU:
             raise RuntimeError("Invalid device, must be npu device")
-        index = current().current_device() if d.index is None else d.index
-    return self.to(torch.device(NPU, index), non_blocking=non_blocking, **kwargs)
+    return self.to(torch.device(NPU, device_index(device)), non_blocking=non_blocking, **kwargs)
 
 
 def _module_npu(self, device=None):
@@ -88,6 +221,27 @@ def _trace_without_device_init() -> None:
         return not other       # only the emulated npu made the device available
 
     FakeTensorMode.avoid_device_init = property(avoid_device_init, doc=declared.__doc__)
+
+
+def _fake_cache_per_thread_device() -> None:
+    """FakeTensorMode's dispatch cache is process-wide and keys a factory by its arguments: a bare
+    npu device there means the tracing thread's current device, so the cached result of
+    ``torch.ones(2, device="npu")`` traced on npu:0 would be handed to a rank tracing on npu:1.
+    Such calls bypass the cache."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, _BypassDispatchCache
+
+    cache_key = FakeTensorMode._cache_key
+    if getattr(cache_key, "_npugraph", False):
+        return
+
+    def _cache_key(self, state, func, args, kwargs):
+        device = kwargs.get("device") if kwargs else None
+        if type(device) is torch.device and device.type == NPU and device.index is None:
+            raise _BypassDispatchCache("a bare npu device (the tracing thread's current device)")
+        return cache_key(self, state, func, args, kwargs)
+
+    _cache_key._npugraph = True
+    FakeTensorMode._cache_key = _cache_key
 
 
 def _refuse_npu_storages() -> None:
@@ -120,10 +274,13 @@ def install(npu_module) -> None:
     from torch.utils import backend_registration as br
 
     if name != NPU:
-        br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module)
+        br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module, device_guard=NpuDeviceGuard())
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    _register_kernels()
+    _resolve_bare_devices()
     _trace_without_device_init()
+    _fake_cache_per_thread_device()
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
@@ -131,6 +288,10 @@ def install(npu_module) -> None:
     from .ops import library
 
     library.install()
+    from . import aliasing, mixed_precision
+
+    aliasing.install()
+    mixed_precision.install()
     serialization.install()
     autocast.install()
     _installed = True

@@ -186,6 +186,8 @@ class Job:
             raise NotEmulated(
                 f"{call.op}: collectives inside NPU graph capture are not emulated by pytest-npugraph")
         cores = op_cores(call.kernel, rt.devices[device], comm.mode)
+        if call.kernel.startswith("hccl::"):
+            hccl_modes.launch(self, comm, call.kernel[6:], stream)    # HCCL's launch checks (AIV mode)
         call.thread = rank
         call.rank = comm.members.index(rank)
         call.site = user_site(3)

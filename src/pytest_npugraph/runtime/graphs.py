@@ -24,6 +24,7 @@ streams.  All analysis of the graph's structure happens once, at capture; a repl
 """
 from __future__ import annotations
 
+import contextvars
 import weakref
 
 import torch
@@ -81,6 +82,11 @@ def replay_step(func, args, kwargs, out):
         fn, names = variant
         return (fn, args, dict(kwargs, **dict(zip(names, outs))), None)
     return (func, args, kwargs, outs)
+
+
+# the device of the graph whose steps are being recomputed (its ops see CPU payloads; a host op such
+# as save_npugraph_tensor names the device its tensors are on)
+replaying_device: contextvars.ContextVar = contextvars.ContextVar("replaying_device", default=None)
 
 
 class Capture:
@@ -182,12 +188,16 @@ class CapturedGraph:
 
     def run(self) -> None:
         """Recompute every captured op on the CPU, in capture order (a valid order of the graph)."""
-        for fn, args, kwargs, dst in self.steps:
-            result = fn(*args, **kwargs)
-            if dst is not None:
-                for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
-                    if d is not None and d is not r:
-                        d.copy_(r)
+        token = replaying_device.set(self.origin.device)
+        try:
+            for fn, args, kwargs, dst in self.steps:
+                result = fn(*args, **kwargs)
+                if dst is not None:
+                    for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
+                        if d is not None and d is not r:
+                            d.copy_(r)
+        finally:
+            replaying_device.reset(token)
 
     @property
     def label(self) -> str:

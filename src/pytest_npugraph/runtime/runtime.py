@@ -42,6 +42,10 @@ class Runtime:
         self.tagged_events: dict = {}    # torchair tag -> Event
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
+        if getattr(config, "rank_skew", None) is not None:      # run_ranks threads' skews (skew.py)
+            from . import skew
+
+            skew.install(self, config.rank_skew)
         for d in self.devices:
             self.marker(T.DeviceCores, device=d.index, cube=d.cube_cores, vector=d.vector_cores)
 

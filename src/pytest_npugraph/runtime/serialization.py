@@ -15,6 +15,7 @@ import re
 
 import torch
 
+from .device_index import device_index
 from .runtime import current
 
 # the payload storage of a saved/loaded NPU tensor carries its device here (storages keep their
@@ -106,7 +107,7 @@ def _deserialize(storage, location):
     if match is None:
         return None
     rt = current()
-    index = rt.current_device() if match.group(2) is None else int(match.group(2))
+    index = device_index(location)
     if index >= len(rt.devices):
         raise RuntimeError(f"Attempting to deserialize object on NPU device {index} but "
                            f"torch.npu.device_count() is {len(rt.devices)}. Please use torch.load with "

@@ -16,11 +16,12 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, profiles
+from . import cpu_gaps, profiles, user_kernels
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .._context import CONTEXT
 from .runtime import current
+from .device_index import device_index
 
 NPU = "npu"
 # CPU payload storage address -> weak reference to the Block over it (NPU tensors over one storage share
@@ -352,7 +353,7 @@ class _Plan:
         self.metadata_inplace = schema.name in METADATA_INPLACE
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
-        self.special = _SPECIAL.get(schema.name) or (_host_op if schema.name.startswith("air::") else None)
+        self.special = _SPECIAL.get(schema.name) or _SPECIAL_NAMESPACES.get(schema.name.split("::", 1)[0], _npu_key_or_run)
         # in-place and out= ops return the very tensor object they wrote to
         # (a tensor-list argument such as ``_foreach_add_``'s ``Tensor(a!)[]`` has an empty alias set)
         written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
@@ -547,8 +548,12 @@ def _run(func, plan, args, kwargs, now=False):
         if ops.host:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
                                f"devices, npu:{device} and cpu!")
+        if not reads_data and ukwargs and "device" in kwargs:   # ``zeros_like(x, device="npu:1")``
+            target = kwargs["device"]
+            if type(target) is torch.device and target.type == NPU:
+                device = device_index(target)
     else:
-        device = rt.current_device()
+        device = device_index(None)
     state = rt.thread()
     # once per op: its allocations, task and queue entry share it (a view records nothing: none).  At
     # least three frames of ours lie between _run and the user (dispatch or a special op,
@@ -774,15 +779,64 @@ def _to_copy(func, plan, args, kwargs):
             read_to_host(rt, src, plan.name + " (D2H)")
         return func(src._payload, **kw)
     if target is not None:
-        index = torch.device(target).index
-        kwargs = dict(kwargs, device=torch.device(NPU, current().current_device() if index is None else index))
+        index = device_index(target)
+        if index != src._dev and not _is_fake(src._payload):
+            return _to_other_npu(src, index, kwargs)
+        kwargs = dict(kwargs, device=npu_device(index))
     return _run(func, plan, args, kwargs)
+
+
+def _to_other_npu(src, index: int, kwargs):
+    """``_to_copy`` to another npu (``x.to("npu:1")`` of an npu:0 tensor): a tensor allocated on
+    npu:index, filled by a device-to-device copy (``_copy_between_devices``)."""
+    like = {k: v for k, v in kwargs.items() if k in ("dtype", "layout", "pin_memory", "memory_format")}
+    dst = dispatch(torch.ops.aten.empty_like.default, (src,), dict(like, device=npu_device(index)))
+    func = torch.ops.aten.copy_.default
+    return _copy(func, _plan(func), (dst, src, bool(kwargs.get("non_blocking", False))), {})
+
+
+def _plan(func) -> _Plan:
+    plan = _plans.get(func)
+    if plan is None:
+        plan = _plans[func] = _Plan(func)
+    return plan
+
+
+def _copy_between_devices(func, plan, dst, src, non_blocking):
+    """``dst.copy_(src)`` across npus, ordered as torch orders a copy between two CUDA devices
+    (ATen's Copy.cu): the copy is a task on the source device's current stream, which first waits
+    for the destination device's current stream (nothing else still uses ``dst``), and the
+    destination's stream then waits for the copy (later work there sees its values).  Issued
+    asynchronously in either case, as that copy is."""
+    rt = current()
+    src_stream, dst_stream = rt.current_stream(src._dev), rt.current_stream(dst._dev)
+    site = user_site(3)
+    ready = rt.new_event("copy destination ready")
+    rt.record_event(ready, dst_stream, site)
+    rt.wait_event(ready, src_stream, site)
+    dst_p, src_p = dst._payload, src._payload
+    capture = src_stream.capture
+    if capture is not None:
+        capture.preserve([dst])
+    later = capture is None and rt.executor.deferred(src_stream.sid)
+    if not later:
+        _host_copy(dst_p, src_p)
+    seq = _launch(plan.name + " (D2D)", src._dev, [src], [dst], stream=src_stream,
+                  replay=(func, (dst_p, src_p), {}, dst_p), site=site, rt=rt)
+    if later:
+        rt.executor.submit(src_stream.sid, seq, lambda: _host_copy(dst_p, src_p), what=f"D2D copy at {site}")
+    done = rt.new_event("copy done")
+    rt.record_event(done, src_stream, site)
+    rt.wait_event(done, dst_stream, site)
+    return dst
 
 
 def _copy(func, plan, args, kwargs):
     dst, src = args[0], args[1]
     non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
     if isinstance(dst, NpuTensor) and isinstance(src, NpuTensor):
+        if dst._dev != src._dev and not _is_fake(dst._payload) and not _is_fake(src._payload):
+            return _copy_between_devices(func, plan, dst, src, non_blocking)
         return _run(func, plan, args, kwargs)
     rt = current()
     if isinstance(dst, NpuTensor):          # host to device
@@ -1067,6 +1121,20 @@ def _host_op(func, plan, args, kwargs):
         if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
             return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
     return _run(func, plan, args, kwargs)
+
+
+def _npu_key_or_run(func, plan, args, kwargs):
+    """An op outside aten: a kernel user code registered for the npu key (``user_kernels``) runs with
+    the NPU tensors themselves, as on hardware, so the ops it calls are dispatched, recorded and
+    checked like any others; any other op runs on the payloads (its CPU kernel)."""
+    if user_kernels.has_user_kernel(plan.name):
+        return func._op_dk(_PRIVATEUSE1, *args, **kwargs)
+    return _run(func, plan, args, kwargs)
+
+
+_PRIVATEUSE1 = torch._C.DispatchKey.PrivateUse1
+# namespaces whose ops never have a user's npu-key kernel (None: the common path)
+_SPECIAL_NAMESPACES = {"aten": None, "prims": None, "air": _host_op}
 
 
 _SPECIAL = {

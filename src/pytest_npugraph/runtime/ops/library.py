@@ -41,7 +41,9 @@ def _library_of(spec) -> torch.library.Library:
     if namespace == NAMESPACE:
         return _library
     if namespace not in _libraries:
-        _libraries[namespace] = torch.library.Library(namespace, "DEF")
+        # torch_npu's atb namespace is ours alone; a user's namespace (``_C_ascend``) may get other
+        # fragments from the user's own code
+        _libraries[namespace] = torch.library.Library(namespace, "DEF" if namespace == "atb" else "FRAGMENT")
     return _libraries[namespace]
 
 
@@ -51,6 +53,7 @@ class UserOp:
     schema: str
     impl: Callable
     cores: object = None
+    namespace: str = NAMESPACE
 
 
 class OpRegistry:
@@ -59,15 +62,27 @@ class OpRegistry:
     ``schema`` is the op's schema without the namespace, e.g.
     ``"npu_my_op(Tensor x, int k=1) -> Tensor"``; ``impl`` computes it on CPU tensors;
     ``cores`` is a profile dict such as ``{"kind": "AIV", "vector": "all", "all_resident": False}``.
+    The op is ``torch.ops.npu.<name>`` (and ``torch_npu.<name>``); a qualified name
+    (``"_C_ascend::rotary_embedding"``) or ``namespace="_C_ascend"`` puts it in another namespace,
+    as a C++ extension's ops are (vLLM-Ascend's ``torch.ops._C_ascend.*``).
     """
 
     def __init__(self):
         self.ops: list = []
 
-    def register(self, name: str, schema: str, impl: Callable, cores=None) -> None:
+    def register(self, name: str, schema: str, impl: Callable, cores=None, namespace: Optional[str] = None) -> None:
+        if "::" in name:
+            qualifier, name = name.split("::", 1)
+            if namespace is not None and namespace != qualifier:
+                raise ValueError(f"op {qualifier}::{name} given namespace={namespace!r} as well")
+            namespace = qualifier
+        namespace = NAMESPACE if namespace is None else namespace
+        if not namespace.isidentifier() or namespace in ("aten", "prims", "atb", "air"):
+            raise ValueError(f"namespace {namespace!r} for {name!r}: give your op's own namespace (a Python identifier "
+                             f"other than aten, prims, atb and air), or none for torch.ops.npu")
         if not schema.startswith(name + "("):
             raise ValueError(f"schema for {name!r} must start with '{name}(', got {schema!r}")
-        self.ops.append(UserOp(name, schema, impl, cores))
+        self.ops.append(UserOp(name, schema, impl, cores, namespace))
 
 
 @contextlib.contextmanager
@@ -352,10 +367,13 @@ class _LazyNamespace(torch._ops._OpNamespace):
 
 def packet(name: str):
     """``torch.ops.npu.<name>`` (``torch.ops.atb.<name>`` for an ATB op) if torch_npu (or a user) has an
-    op of that name, else None."""
+    op of that name, else None (a user's op in its own namespace is not torch_npu's)."""
     if name in _PENDING:
         _define_base(name)
-    return getattr(getattr(torch.ops, _NAMESPACE_OF.get(name, NAMESPACE)), name, None)
+    namespace = _NAMESPACE_OF.get(name, NAMESPACE)
+    if namespace not in (NAMESPACE, "atb"):
+        return None
+    return getattr(getattr(torch.ops, namespace), name, None)
 
 
 def define_all() -> None:
@@ -399,8 +417,12 @@ def install() -> None:
         ops = OpRegistry()
         CONTEXT.hook.pytest_npugraph_register_ops(registry=ops)
         for user in ops.ops:
-            table[user.name] = (_override(table[user.name], user) if user.name in table
-                                else OpSpec(user.schema, user.impl, user.cores))
+            known = table.get(user.name)
+            if known is not None and known.namespace != user.namespace:
+                raise ValueError(f"pytest_npugraph_register_ops: {user.namespace}::{user.name} has the name of "
+                                 f"torch_npu's {known.namespace}::{user.name}; op names must differ across namespaces")
+            table[user.name] = (_override(known, user) if known is not None
+                                else OpSpec(user.schema, user.impl, user.cores, namespace=user.namespace))
             eager.add(user.name.split(".", 1)[0])
     _library = torch.library.Library(NAMESPACE, "DEF")
     for spec in table.values():

@@ -171,6 +171,72 @@ def _dynamic_mx_quant_meta(input, *, axis=-1, round_mode="rint", dst_type=296, b
     return y, input.new_empty(scale_shape, dtype=torch.uint8)
 
 
+# ------------------------------------------------------------------ RMSNorm fused with MX quantisation
+def _rms_mx(op, x, gamma, beta, epsilon, scale_alg, round_mode, dst_type):
+    """(y, mxscale, rstd): RMSNorm over gamma's dims (``x * rstd * gamma (+ beta)``, float32), then
+    ``npu_dynamic_mx_quant`` of the result along the last dim with 32-value blocks."""
+    if scale_alg not in (0, 1):
+        raise RuntimeError(f"Invalid scale_alg value: {scale_alg}. Expected 0 or 1.")
+    dst = _dst_name(dst_type)
+    if dst in ("e2m1", "e1m2") and x.size(-1) % 2:
+        raise RuntimeError("If output dtype is float4_e2m1 or float4_e1m2, the last dim of input must be divisible "
+                           "by 2, ")
+    _check(x.dtype in (torch.float16, torch.bfloat16),
+           lambda: f"{op}: x must be float16 or bfloat16, but got {x.dtype}")
+    _check(gamma.dim() >= 1 and tuple(x.shape[x.dim() - gamma.dim():]) == tuple(gamma.shape),
+           lambda: f"{op}: gamma {list(gamma.shape)} must match the trailing dims of x {list(x.shape)}")
+    allowed = {"e1m2": (0,), "e2m1": (0,), "e4m3fn": (0, 1), "e5m2": (0, 1)}[dst]
+    _check(scale_alg in allowed, lambda: f"{op}: scale_alg {scale_alg} is not supported for this dst_type")
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
+    normed = xf * rstd * gamma.float()
+    if beta is not None:
+        normed = normed + beta.float()
+    normed = normed.to(x.dtype).float()                 # the kernel quantises the normalised x in x's dtype
+    y, mxscale = mx_quantize(normed, -1, dst, 32, scale_alg, round_mode)
+    return y, mxscale, rstd
+
+
+def npu_rms_norm_dynamic_mx_quant(x, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint",
+                                  dst_type=296):
+    return _rms_mx("npu_rms_norm_dynamic_mx_quant", x, gamma, beta, epsilon, scale_alg, round_mode, dst_type)
+
+
+def npu_add_rms_norm_dynamic_mx_quant(x1, x2, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint",
+                                      dst_type=296):
+    op = "npu_add_rms_norm_dynamic_mx_quant"
+    _check(x1.shape == x2.shape and x1.dtype == x2.dtype,
+           lambda: f"{op}: x1 and x2 must have the same shape and dtype, but got {x1.dtype} {list(x1.shape)} and "
+                   f"{x2.dtype} {list(x2.shape)}")
+    x_out = (x1.float() + x2.float()).to(x1.dtype)
+    y, mxscale, rstd = _rms_mx(op, x_out, gamma, beta, epsilon, scale_alg, round_mode, dst_type)
+    return y, x_out, mxscale, rstd
+
+
+def _rms_mx_meta(x, gamma, scale_alg, dst_type):
+    if scale_alg not in (0, 1):
+        raise RuntimeError(f"Invalid scale_alg value: {scale_alg}. Expected 0 or 1.")
+    dst = _dst_name(dst_type)
+    if dst in _FP8:
+        y = torch.empty_like(x, dtype=_FP8[dst])
+    else:
+        if x.size(-1) % 2:
+            raise RuntimeError("If output dtype is float4_e2m1 or float4_e1m2, the last dim of input must be "
+                               "divisible by 2, ")
+        y = x.new_empty([*x.shape[:-1], x.size(-1) // 2], dtype=torch.uint8)
+    mxscale = x.new_empty([*x.shape[:-1], math.ceil(x.size(-1) / 64), 2], dtype=torch.uint8)
+    lead = x.dim() - gamma.dim()
+    rstd = x.new_empty([x.size(i) if i < lead else 1 for i in range(x.dim())], dtype=torch.float32)
+    return y, mxscale, rstd
+
+
 SPECS = [
+    OpSpec(generated("npu_rms_norm_dynamic_mx_quant"), npu_rms_norm_dynamic_mx_quant, vector(),
+           meta=lambda x, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint", dst_type=296:
+           _rms_mx_meta(x, gamma, scale_alg, dst_type)),
+    OpSpec(generated("npu_add_rms_norm_dynamic_mx_quant"), npu_add_rms_norm_dynamic_mx_quant, vector(),
+           meta=lambda x1, x2, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint", dst_type=296:
+           (lambda y, s, r: (y, torch.empty_like(x1), s, r))(*_rms_mx_meta(x1, gamma, scale_alg, dst_type))),
     OpSpec(generated("npu_dynamic_mx_quant"), npu_dynamic_mx_quant, vector(), meta=_dynamic_mx_quant_meta),
 ]

@@ -242,7 +242,76 @@ def _npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads,
         out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), values).to(out.dtype)
 
 
+_WORKSPACE_BYTES = 64    # the CPU math needs no scratch memory; a small buffer stands for the kernel's
+
+
+def _npu_paged_attention_get_workspace(query, key_cache, value_cache, num_kv_heads, num_heads, scale_value,
+                                       block_table, context_lens, out):
+    """The workspace ``_npu_paged_attention(..., workspace=)`` runs in (vLLM-Ascend asks for it before updating a
+    captured decode step): a uint8 buffer; the arguments are those of the attention call it is for."""
+    op = "_npu_paged_attention_get_workspace"
+    _check(query.dim() == 3 and query.size(1) == num_heads,
+           lambda: f"{op}: query must be [batch, num_heads={num_heads}, head_size], but got {list(query.shape)}")
+    _check(num_kv_heads > 0 and num_heads % num_kv_heads == 0,
+           lambda: f"{op}: num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    return torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8)
+
+
+def _cache_load_lengths(block_table, context_lens, cumsum: bool) -> list:
+    """Per-sequence lengths from context_lens: [batch] lengths, or with ``cumsum`` [batch] or [batch + 1]
+    running sums (the doc allows both shapes)."""
+    values = [int(v) for v in context_lens.reshape(-1).tolist()]
+    if cumsum:
+        ends = values[1:] if len(values) == block_table.size(0) + 1 else values
+        starts = values[:1] + values[1:-1] if len(values) == block_table.size(0) + 1 else [0] + values[:-1]
+        return [e - s for s, e in zip(starts, ends)]
+    return values
+
+
+def npu_paged_cache_load_out(key_cache, value_cache, block_table, context_lens, *, seq_starts=None, cumsum=False,
+                             key, value):
+    """ATB PagedCacheLoad: each sequence's cached tokens, in order, into consecutive rows of key/value.  Token j of
+    sequence b is the sequence's position ``p = seq_starts[b] + j``: block ``block_table[b, p // block_size]``,
+    slot ``p % block_size`` (caches ND ``[num_blocks, block_size, num_heads, head_size]``)."""
+    op = "npu_paged_cache_load"
+    for name, cache, out in (("key", key_cache, key), ("value", value_cache, value)):
+        _check(cache.dim() == 4, lambda: f"{op}: {name}_cache must be [num_blocks, block_size, num_heads, head_size], "
+                                         f"but got {list(cache.shape)}")
+        _check(out.dim() == 3 and tuple(out.shape[1:]) == tuple(cache.shape[2:]) and out.dtype == cache.dtype,
+               lambda: f"{op}: {name} must be {cache.dtype} [num_tokens, {cache.size(2)}, {cache.size(3)}], but got "
+                       f"{out.dtype} {list(out.shape)}")
+    _check(block_table.dtype in _INT_INDICES and block_table.dim() == 2,
+           lambda: f"{op}: block_table must be int32 [batch, block_indices], but got {block_table.dtype} "
+                   f"{list(block_table.shape)}")
+    lens = _cache_load_lengths(block_table, context_lens, cumsum)
+    batch = block_table.size(0)
+    _check(len(lens) == batch, lambda: f"{op}: context_lens gives {len(lens)} sequences, block_table {batch}")
+    starts = [0] * batch if seq_starts is None else [int(v) for v in seq_starts.reshape(-1).tolist()]
+    _check(len(starts) == batch, lambda: f"{op}: seq_starts must hold {batch} values, but got {len(starts)}")
+    _check(sum(lens) <= key.size(0) and sum(lens) <= value.size(0),
+           lambda: f"{op}: key/value hold {key.size(0)}/{value.size(0)} rows, the sequences {sum(lens)}")
+    block_size = key_cache.size(1)
+    row = 0
+    for b in range(batch):
+        if lens[b] <= 0:
+            continue
+        pos = torch.arange(starts[b], starts[b] + lens[b])
+        _check(int(pos[-1]) // block_size < block_table.size(1),
+               lambda: f"{op}: sequence {b} reaches position {int(pos[-1])}, past its {block_table.size(1)} blocks")
+        blocks = block_table[b].to(torch.int64)[pos // block_size]
+        key[row:row + lens[b]] = key_cache[blocks, pos % block_size]
+        value[row:row + lens[b]] = value_cache[blocks, pos % block_size]
+        row += lens[b]
+    return key, value
+
+
 SPECS = [
+    OpSpec(generated("_npu_paged_attention_get_workspace"), _npu_paged_attention_get_workspace,
+           cores("AICPU", limit_applies=False), namespace="atb",
+           meta=lambda query, *args, **kwargs: query.new_empty(_WORKSPACE_BYTES, dtype=torch.uint8)),
+    # npu_paged_cache_load without key=/value= keeps no math: its output rows depend on context_lens' values
+    OpSpec(generated("npu_paged_cache_load.out"), npu_paged_cache_load_out, cores("ATB", vector="all"),
+           namespace="atb", meta=lambda *args, key, value, **kwargs: (key, value)),
     OpSpec(generated("npu_scatter_pa_kv_cache"), npu_scatter_pa_kv_cache, vector(), meta=lambda *args, **kwargs: None),
     OpSpec(generated("npu_scatter_pa_kv_cache_functional"), npu_scatter_pa_kv_cache_functional, vector(),
            meta=lambda key, value, key_cache, value_cache, *args, **kwargs: (torch.empty_like(key_cache),

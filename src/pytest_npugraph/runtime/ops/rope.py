@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 
 from ._common import _check, _unsupported
-from .spec import OpSpec, generated, vector
+from .spec import OpSpec, cores, generated, vector
 
 
 
@@ -289,7 +289,46 @@ def npu_mrope(positions, query, key, cos_sin_cache, head_size, *, mrope_section=
 
     return rotate(query), rotate(key)
 
+# ------------------------------------------------------------------------------- _npu_rotary_embedding
+def _npu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style):
+    """ATB's rotary embedding (vLLM's ``rotary_embedding`` kernel), in place on ``query`` [T, Nq * head_size]
+    and ``key`` [T, Nk * head_size]: token ``t`` takes ``cos, sin = cos_sin_cache[positions[t]].chunk(2)``
+    (``rotary_dim // 2`` each, rotary_dim = cos_sin_cache.size(-1)); the first rotary_dim values of each
+    head rotate (NeoX halves if ``is_neox_style``, else GPT-J pairs), the rest are left as they are."""
+    op = "_npu_rotary_embedding"
+    _check(positions.dtype in (torch.int32, torch.int64),
+           lambda: f"{op}: positions must be int32 or int64, but got {positions.dtype}")
+    _check(cos_sin_cache.dim() == 2, lambda: f"{op}: cos_sin_cache must be [max_position, rotary_dim], but got "
+                                             f"{list(cos_sin_cache.shape)}")
+    tokens = positions.numel()
+    rotary_dim = cos_sin_cache.size(-1)
+    _check(rotary_dim % 2 == 0 and 0 < rotary_dim <= head_size,
+           lambda: f"{op}: cos_sin_cache's last dim ({rotary_dim}) must be even and at most head_size ({head_size})")
+    for name, x in (("query", query), ("key", key)):
+        _check(x.size(0) == tokens and x.numel() % (tokens * head_size) == 0,
+               lambda: f"{op}: {name} must be [num_tokens={tokens}, num_heads * head_size={head_size}], but got "
+                       f"{list(x.shape)}")
+    if tokens == 0:
+        return
+    _check(int(positions.min()) >= 0 and int(positions.max()) < cos_sin_cache.size(0),
+           lambda: f"{op}: positions must lie in [0, {cos_sin_cache.size(0)})")
+    rows = cos_sin_cache.index_select(0, positions.reshape(-1).long()).float()
+    cos, sin = rows[:, None, :rotary_dim // 2], rows[:, None, rotary_dim // 2:]
+    for x in (query, key):
+        heads = x.reshape(tokens, -1, head_size).float()
+        rot = heads[..., :rotary_dim]
+        if is_neox_style:
+            x1, x2 = rot.chunk(2, dim=-1)
+            rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        else:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        x.copy_(torch.cat((rot, heads[..., rotary_dim:]), dim=-1).reshape(x.shape).to(x.dtype))
+
+
 SPECS = [
+    OpSpec(generated("_npu_rotary_embedding"), _npu_rotary_embedding, cores("ATB", vector="all"), namespace="atb",
+           meta=lambda *args: None),
     OpSpec("npu_apply_rotary_pos_emb(Tensor query, Tensor key, Tensor cos, Tensor sin, str layout='BSND', "
            "str rotary_mode='half') -> (Tensor, Tensor)", npu_apply_rotary_pos_emb, vector(), meta=_apply_meta),
     OpSpec(generated("npu_mrope"), npu_mrope, vector(),

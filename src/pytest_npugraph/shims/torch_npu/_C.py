@@ -11,7 +11,6 @@ import torch
 from pytest_npugraph import trace as T
 from pytest_npugraph.runtime import runtime as _runtime
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
-from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
 from . import _args
 
@@ -129,41 +128,6 @@ def _allocator(index: int):
 def _npu_emptyCache() -> None:
     for device in _rt().devices:
         device.allocator.empty_cache()
-
-
-def _empty_nbytes(size, stride, dtype) -> int:
-    if any(n == 0 for n in size):
-        return 0
-    itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
-    if stride is None:
-        count = 1
-        for n in size:
-            count *= n
-        return count * itemsize
-    return (sum((n - 1) * abs(st) for n, st in zip(size, stride)) + 1) * itemsize
-
-
-def _npu_empty(op):
-    """The npu kernel of ``empty``/``empty_strided``: the device allocator answers (or raises
-    ``OutOfMemoryError``) before the CPU payload is made, so a huge request fails as on an NPU."""
-    strided = op is torch.ops.aten.empty_strided.default
-
-    def kernel(*args, **kwargs):
-        from pytest_npugraph.runtime.tensor import wrap
-
-        device = kwargs.get("device")
-        rt = _rt()
-        index = rt.current_device() if device is None or device.index is None else device.index
-        _check_device(index)
-        rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
-        stream = rt.current_stream(index)
-        pool = stream.capture.pool if stream.capture is not None else None
-        nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
-        allocator = rt.devices[index].allocator
-        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
-            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
-        return wrap(op(*args, **dict(kwargs, device=torch.device("cpu"))), index)
-    return outside_dynamo(kernel)
 
 
 def _raw_blocks(rt) -> dict:

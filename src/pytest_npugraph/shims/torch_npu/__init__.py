@@ -11,60 +11,7 @@ from . import _C
 from . import npu
 from pytest_npugraph.runtime import backend as _backend
 
-_backend.install(npu)
-
-
-def _register_kernels() -> None:
-    """npu kernels the Python-key path cannot provide (once per process, like the C++ ones)."""
-    global _kernels
-    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_copy_from", "PrivateUse1"):
-        return
-    from pytest_npugraph.runtime import tensor as _tensor
-
-    _kernels = torch.library.Library("aten", "IMPL")
-    # torch.tensor(data, device="npu") copies with the Python key excluded: the PrivateUse1
-    # fallback cannot take NpuTensor arguments then (torch's Python fallback asserts)
-    _kernels.impl("_copy_from", _tensor.copy_from_kernel, "PrivateUse1")
-    # allocations ask the emulated device first, so an out-of-memory is the NPU's, not the host's
-    for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
-                     ("empty_strided", torch.ops.aten.empty_strided.default)):
-        _kernels.impl(name, _C._npu_empty(op), "PrivateUse1")
-
-
-_kernels = None
-_register_kernels()
-
-
-def _resolve_npu(device):
-    """``"npu"`` / ``torch.device("npu")`` (no index) -> the current NPU, else ``device`` as is."""
-    if isinstance(device, str) and device == "npu":
-        return torch.device("npu", npu.current_device())
-    if isinstance(device, torch.device) and device.type == "npu" and device.index is None:
-        return torch.device("npu", npu.current_device())
-    return device
-
-
-def _patch_tensor_to() -> None:
-    """``Tensor.to("npu")`` means the current NPU.  torch resolves an index-less device with the
-    device guard, which for a Python backend always says 0; torch_npu's C++ guard asks the runtime."""
-    original = torch.Tensor.to
-    if getattr(original, "_npugraph", False):
-        return
-
-    def to(self, *args, **kwargs):
-        if not torch.compiler.is_compiling():
-            if args:
-                args = (_resolve_npu(args[0]),) + args[1:]
-            if "device" in kwargs:
-                kwargs["device"] = _resolve_npu(kwargs["device"])
-        return original(self, *args, **kwargs)
-
-    to.__doc__ = original.__doc__
-    to._npugraph = True
-    torch.Tensor.to = to
-
-
-_patch_tensor_to()
+_backend.install(npu)    # the npu key's kernels, device guard and bare-device resolution
 
 from . import _accelerator  # noqa: E402
 from .npu._format import Format, get_npu_format  # noqa: E402,F401
@@ -105,6 +52,8 @@ def _export_torch_ops() -> None:
         if not hasattr(torch, name):
             setattr(torch, name, _deprecated_torch_op(name))
 
+
+from .npu import _save_tensor  # noqa: E402,F401  (npu::save_npugraph_tensor, torch_npu.save_npugraph_tensor)
 
 _export_torch_ops()
 

@@ -13,24 +13,15 @@ from torchair.npu_fx_compiler import get_compiler, get_npu_backend
 from torchair.configs.compiler_config import CompilerConfig
 from torchair.experimental.inference import npu_format_cast_via_cpu, use_internal_format_weight
 from torchair.core.utils import logger
+from torchair.npu_export import dynamo_export
+from torchair._ge_concrete_graph.fx2ge_converter import register_fx_node_ge_converter
 
+import torchair._acl_concrete_graph.replace_stream_event  # noqa: E402,F401
 import torchair.inference  # noqa: E402,F401
 import torchair.ops  # noqa: E402,F401
 import torchair.scope  # noqa: E402,F401
-from pytest_npugraph.errors import NotEmulated
 
 __version__ = "0.1.0+pytest-npugraph"
-
-
-def dynamo_export(*args, model, **kwargs):
-    raise NotEmulated("pytest-npugraph does not emulate torchair.dynamo_export (offline GE model export)")
-
-
-def register_fx_node_ge_converter(aten_op):
-    """GE converters are not needed by the emulator (graphs run op by op): accepted, unused."""
-    def register(converter):
-        return converter
-    return register
 
 
 def patch_for_hcom():

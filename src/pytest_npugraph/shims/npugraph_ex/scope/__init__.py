@@ -3,20 +3,9 @@ Eagerly they set the stream's limits (level) at once and restore them on exit; i
 region they become ``npugraph_ex::scope_enter``/``scope_exit`` nodes."""
 import torch
 
-from ._scope import _npu_core_limit_scope_enter, _npu_scope_enter, _npu_scope_exit
+from ._scope import _Scope, _npu_core_limit_scope_enter, _npu_scope_enter, _npu_scope_exit
 
 __all__ = ["limit_core_num", "deterministic"]
-
-
-class _Scope:
-    def __init__(self, attrs):
-        self.attrs = attrs
-
-    def __enter__(self):
-        return _npu_scope_enter(self.attrs)
-
-    def __exit__(self, *args):
-        return _npu_scope_exit()
 
 
 class _CoreLimitScope:
@@ -78,4 +67,4 @@ def deterministic(level: int):
         raise ValueError(f"deterministic level must be 0, 1, 2, or 3, got {level}")
     if not torch.compiler.is_compiling():
         return _EagerDeterministic(level)
-    return _Scope([("_op_deterministic_level", str(level))])
+    return _Scope([("_op_deterministic_level", str(level))], "npugraph_ex")

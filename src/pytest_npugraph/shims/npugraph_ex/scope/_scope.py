@@ -1,37 +1,13 @@
-"""``npugraph_ex::scope_enter``/``scope_exit`` (same schemas and kernels as the ``air`` ops; the
-executed attributes share the compiler's scope stack) and the core-limit marker that
+"""``npugraph_ex::scope_enter``/``scope_exit``: torchair's scope ops (``torchair.scope._scope``, one
+stack of executed attributes) in npugraph_ex's namespace, and the core-limit marker that
 ``replace_stream_event_pass`` resolves to a scope naming the limited stream."""
-from typing import List
-
 import torch
 from torch.fx.node import has_side_effect
 
-from pytest_npugraph.compiler.scope_stack import scope_enter, scope_exit
+from torchair.scope._scope import _Scope, define_scope_ops  # noqa: F401
 from npugraph_ex.ops._lib import lib
 
-_KEYS = ("Meta", "CPU", "PrivateUse1", "BackendSelect")
-
-if not hasattr(torch.ops.npugraph_ex, "scope_enter"):
-    lib.define("scope_enter(str[] keys, str[] values, bool need_execute=False) -> None")
-    has_side_effect(torch.ops.npugraph_ex.scope_enter.default)
-
-    def _enter_kernel(keys: List[str], values: List[str], need_execute=False):
-        if need_execute:
-            scope_enter(keys, values)
-
-    for _key in _KEYS:
-        torch.library.impl(lib, "scope_enter", _key)(_enter_kernel)
-
-if not hasattr(torch.ops.npugraph_ex, "scope_exit"):
-    lib.define("scope_exit(bool need_execute=False) -> None")
-    has_side_effect(torch.ops.npugraph_ex.scope_exit.default)
-
-    def _exit_kernel(need_execute=False):
-        if need_execute:
-            scope_exit()
-
-    for _key in _KEYS:
-        torch.library.impl(lib, "scope_exit", _key)(_exit_kernel)
+define_scope_ops(lib, "npugraph_ex")
 
 
 @torch.compiler.allow_in_graph

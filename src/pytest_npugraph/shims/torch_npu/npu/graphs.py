@@ -20,6 +20,7 @@ from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.runtime import current as _rt
 from pytest_npugraph.runtime.tensor import NpuTensor, span
 from pytest_npugraph.errors import NotEmulated
+from . import _save_tensor  # noqa: F401  (npu::save_npugraph_tensor / print_npugraph_tensor)
 
 __all__ = ["is_current_stream_capturing", "graph_pool_handle", "graph_task_group_begin", "graph_task_group_end",
            "graph_task_update_begin", "graph_task_update_end", "NPUGraph", "graph", "make_graphed_callables",

@@ -152,7 +152,10 @@ def _erase_stream(tensor, stream) -> None:
 
 
 def get_cann_version(module="CANN") -> str:
-    return "8.5.0"
+    """The running test's CANN release (``--npu-cann`` / ``npu_cann`` marker; cann.py)."""
+    from pytest_npugraph import cann
+
+    return cann.current().version
 
 
 def _is_gte_cann_version(version, module="CANN") -> bool:

@@ -256,7 +256,10 @@ def _register_backends() -> None:
 
 def setup() -> None:
     """Apply every step once (each is idempotent on its own)."""
-    for name, step in (("trace_rules", _patch_trace_rules), ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
+    from pytest_npugraph.runtime import backend
+
+    for name, step in (("trace_rules", _patch_trace_rules), ("bare_devices", backend.register_with_dynamo),
+                       ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
                        ("python_types", _patch_python_types), ("stream_context", _patch_stream_context),
                        ("stream_ops", _patch_stream_ops),
                        ("builtin_id", _patch_builtin_id), ("inductor", _refuse_inductor_for_npu),

@@ -11,7 +11,10 @@ from torchair._utils.error_code import pretty_error_msg
 
 class OptionValue:
     """A config field: ``value`` reads as a string ("1"/"0" for bools), writes are checked against
-    ``optional`` (a list of allowed values) when it is given."""
+    ``optional`` (a list of allowed values) when it is given.  ``bools_as_text`` is the one thing
+    npugraph_ex's option values do differently: they read bools as bools."""
+
+    bools_as_text = True
 
     def __init__(self, default, optional=None):
         self.__default = default
@@ -34,6 +37,8 @@ class OptionValue:
         v = self._value
         if v is None:
             return None
+        if isinstance(v, bool) and not self.bools_as_text:
+            return v
         text = str(v)
         return {"True": "1", "False": "0"}.get(text, text)
 

@@ -1,4 +1,4 @@
-"""``CompilerConfig.dump_config``: data dump switches (checked; dumping itself is not emulated)."""
+"""``CompilerConfig.dump_config``: data dump switches (the dump itself: ``pytest_npugraph.compiler.data_dump``)."""
 from __future__ import annotations
 
 import os

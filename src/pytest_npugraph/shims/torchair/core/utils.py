@@ -27,7 +27,8 @@ class _MillisecAndMicrosecFormatter(logging.Formatter):
         return ct.strftime("%Y-%m-%d %H:%M:%S") + f".{ct.microsecond // 1000:03d}.{ct.microsecond % 1000:03d}"
 
 
-def _get_logger(*, level=logging.ERROR, output=sys.stdout, file=None, name=None):
+def _get_logger(*, level=logging.ERROR, output=sys.stdout, file=None, name=None, prefix="TORCHAIR"):
+    """The product's logger; npugraph_ex's is this one named "npugraph_ex" with prefix "NPUGRAPH_EX"."""
     previous = logging.getLoggerClass()
     logging.setLoggerClass(_EventLogger)
     try:
@@ -36,7 +37,7 @@ def _get_logger(*, level=logging.ERROR, output=sys.stdout, file=None, name=None)
         logging.setLoggerClass(previous)
     torchair_logger.setLevel(level)
     formatter = _MillisecAndMicrosecFormatter(
-        f"[%(levelname)s] TORCHAIR({os.getpid()},{os.path.basename(sys.executable)})"
+        f"[%(levelname)s] {prefix}({os.getpid()},{os.path.basename(sys.executable)})"
         f":%(asctime)s [%(filename)s:%(lineno)d]{threading.get_native_id()} %(message)s")
     if output and not torchair_logger.handlers:
         handler = logging.StreamHandler(output)

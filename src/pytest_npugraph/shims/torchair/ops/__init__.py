@@ -1,4 +1,4 @@
-"""``torchair.ops``: tagged events, ``npu_record_tagged_stream``, ``record``/``wait``."""
+"""``torchair.ops``: ``npu_print``, tagged events, ``npu_record_tagged_stream``, ``record``/``wait``."""
 import torch
 
 from ._record_wait import _record, _wait
@@ -10,6 +10,12 @@ def npu_fused_infer_attention_score(*args, **kwargs):
 
 def npu_fused_infer_attention_score_v2(*args, **kwargs):
     return torch.ops.npu.npu_fused_infer_attention_score_v2(*args, **kwargs)
+
+
+def npu_print(*args, summarize_size=3, tensor_detail=False):
+    from ._print_ops import _npu_print
+
+    return _npu_print(*args, summarize_size=summarize_size, tensor_detail=tensor_detail)
 
 
 def npu_create_tagged_event(tag: str):

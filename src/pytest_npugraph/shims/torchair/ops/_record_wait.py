@@ -7,16 +7,21 @@ from torch.fx.node import has_side_effect
 
 from ._lib import lib
 
-if not hasattr(torch.ops.air, "record"):
-    lib.define("record(*, Device? device=None) -> Tensor")
-    torch.library.impl(lib, "record", "BackendSelect")(lambda *, device=None: torch.empty(0, device=device))
-    torch.library.impl(lib, "record", "Meta")(lambda *, device=None: torch.empty(0, device="meta"))
+def define_record_wait(lib, namespace: str) -> None:
+    """``<namespace>::record`` / ``<namespace>::wait`` (torchair: ``air``; npugraph_ex: its own)."""
+    ops = getattr(torch.ops, namespace)
+    if not hasattr(ops, "record"):
+        lib.define("record(*, Device? device=None) -> Tensor")
+        torch.library.impl(lib, "record", "BackendSelect")(lambda *, device=None: torch.empty(0, device=device))
+        torch.library.impl(lib, "record", "Meta")(lambda *, device=None: torch.empty(0, device="meta"))
+    if not hasattr(ops, "wait"):
+        lib.define("wait(Tensor[] x) -> ()")
+        has_side_effect(ops.wait.default)
+        torch.library.impl(lib, "wait", "BackendSelect")(lambda tensors: None)
+        torch.library.impl(lib, "wait", "Meta")(lambda tensors: None)
 
-if not hasattr(torch.ops.air, "wait"):
-    lib.define("wait(Tensor[] x) -> ()")
-    has_side_effect(torch.ops.air.wait.default)
-    torch.library.impl(lib, "wait", "BackendSelect")(lambda tensors: None)
-    torch.library.impl(lib, "wait", "Meta")(lambda tensors: None)
+
+define_record_wait(lib, "air")
 
 
 def _wait(tensors: List[torch.Tensor]):

@@ -87,32 +87,56 @@ def stream_wait_stream_impl(stream_id, device_index, device_type, other_stream_i
                                                                       other_device_type))
 
 
-def _define(schema: str, impl, *, name=None):
-    name = name or schema.split("(")[0]
-    if hasattr(torch.ops.air, name):
-        return
-    lib.define(schema)
-    lib.impl(name, lambda *args, **kwargs: None, "Meta")
-    lib.impl(name, impl, "CompositeExplicitAutograd")
-    has_side_effect(getattr(torch.ops.air, name).default)
+def record_tagged_on_stream_impl(input, stream_id, device_index, device_type):
+    tensor = _npu_view(input)
+    if tensor.is_npu:       # a graph replay re-runs its ops on CPU payloads: record_stream has no device work
+        tensor.record_stream(_stream(stream_id, device_index, device_type))
 
 
-_define("tagged_event_record(str tag, bool created_inside=False) -> ()", record_impl)
-_define("tagged_event_wait(str tag, bool created_inside=False) -> ()", wait_impl)
-_define("record_tagged_stream(Tensor input, str tag) -> ()", record_tagged_stream_impl)
-if not hasattr(torch.ops.air, "record_tagged_stream_"):
-    lib.define("record_tagged_stream_(Tensor(a!) input, str tag) -> ()")
-    lib.impl("record_tagged_stream_", lambda input, tag: None, "Meta")
-    # record_stream does not change the data: functionalization lowers to the out-of-place op
-    lib.impl("record_tagged_stream_", lambda input, tag: torch.ops.air.record_tagged_stream(input, tag),
-             "Functionalize")
-    lib.impl("record_tagged_stream_", record_tagged_stream_impl, "CompositeExplicitAutograd")
-_define("tagged_event_record_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
-        "bool created_inside=False) -> ()", record_on_stream_impl)
-_define("tagged_event_wait_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
-        "bool created_inside=False) -> ()", wait_on_stream_impl)
-_define("tagged_stream_wait_stream(str stream_id, str device_index, str device_type, str other_stream_id, "
-        "str other_device_index, str other_device_type) -> ()", stream_wait_stream_impl)
+def define_tagged_event_ops(lib, namespace: str, *, tensor_on_stream: bool = False) -> None:
+    """The tagged-event ops in ``namespace`` (torchair: ``air``; npugraph_ex: ``npugraph_ex``, which
+    also has ``record_tagged_on_stream``: ``tensor_on_stream``)."""
+    ops = getattr(torch.ops, namespace)
+
+    def define(schema: str, impl):
+        name = schema.split("(")[0]
+        if hasattr(ops, name):
+            return
+        lib.define(schema)
+        lib.impl(name, lambda *args, **kwargs: None, "Meta")
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        has_side_effect(getattr(ops, name).default)
+
+    def define_inplace(name: str, schema_args: str, functional: str, impl):
+        """A ``Tensor(a!)`` variant whose Functionalize kernel lowers to the out-of-place op
+        (recording a stream does not change the data)."""
+        if hasattr(ops, name):
+            return
+        lib.define(f"{name}({schema_args}) -> ()")
+        lib.impl(name, lambda *args: None, "Meta")
+        lib.impl(name, lambda *args: getattr(ops, functional)(*args), "Functionalize")
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+
+    define("tagged_event_record(str tag, bool created_inside=False) -> ()", record_impl)
+    define("tagged_event_wait(str tag, bool created_inside=False) -> ()", wait_impl)
+    define("record_tagged_stream(Tensor input, str tag) -> ()", record_tagged_stream_impl)
+    define_inplace("record_tagged_stream_", "Tensor(a!) input, str tag", "record_tagged_stream",
+                   record_tagged_stream_impl)
+    define("tagged_event_record_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
+           "bool created_inside=False) -> ()", record_on_stream_impl)
+    define("tagged_event_wait_on_stream(str event_tag, str stream_id, str device_index, str device_type, "
+           "bool created_inside=False) -> ()", wait_on_stream_impl)
+    define("tagged_stream_wait_stream(str stream_id, str device_index, str device_type, str other_stream_id, "
+           "str other_device_index, str other_device_type) -> ()", stream_wait_stream_impl)
+    if tensor_on_stream:
+        define("record_tagged_on_stream(Tensor input, str stream_id, str device_index, str device_type) -> ()",
+               record_tagged_on_stream_impl)
+        define_inplace("record_tagged_on_stream_",
+                       "Tensor(a!) input, str stream_id, str device_index, str device_type",
+                       "record_tagged_on_stream", record_tagged_on_stream_impl)
+
+
+define_tagged_event_ops(lib, "air")
 
 
 def _npu_create_tagged_event(tag: str):

@@ -3,7 +3,7 @@ scope, ...) to the ops traced inside them.  In eager code they do nothing; compi
 meaning (GE mode: per-op streams and limits; reduce-overhead: side streams and stream limits)."""
 import torch
 
-from ._scope import _npu_scope_enter, _npu_scope_exit
+from ._scope import _Scope, _npu_scope_enter, _npu_scope_exit  # noqa: F401
 from . import _wait_tensor  # noqa: F401  (registers air::wait_tensor)
 
 
@@ -11,17 +11,6 @@ def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor):
     from ._wait_tensor import _npu_wait_tensor
 
     return _npu_wait_tensor(self, dependency)
-
-
-class _Scope:
-    def __init__(self, attrs):
-        self.attrs = attrs
-
-    def __enter__(self):
-        return _npu_scope_enter(self.attrs)
-
-    def __exit__(self, *args):
-        return _npu_scope_exit()
 
 
 def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_parallel: bool = True):

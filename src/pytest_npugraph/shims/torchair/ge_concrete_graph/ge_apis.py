@@ -1,0 +1,3 @@
+from ._compat import warn
+
+warn()

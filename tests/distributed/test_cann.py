@@ -1,0 +1,189 @@
+"""The CANN release decides what HCCL does: seed 000 on the default chip by HCCL_OP_EXPANSION_MODE=AIV
+and stream limits alone, the one-AIV-communicator rule, CANN 9's refusal of a limit below an AIV
+algorithm's minimum, and the setting itself (marker, get_cann_version).
+
+Why: seed 000 says HCCL ops in AIV mode honour core limits.  With CANN 8.5.0's AIV table an A2
+reduce-scatter runs on the vector cores its stream's limit leaves (16), the MoE dispatch/combine on
+its stream's 24, and an unlimited NonZero wants all 48: the two cards can deadlock, as the seed
+describes, without any profile from a hook.  Without AIV the reduce-scatter is orchestrated on the
+host and holds no core, so no cycle can form (the limit on its stream is then only misleading).
+"""
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_npu
+from pytest_npugraph import cann
+from pytest_npugraph.runtime import hccl_modes
+from pytest_npugraph.trace import Kernel
+
+pytestmark = [pytest.mark.npu_devices(2), pytest.mark.npu_chip("Ascend910B1"),
+              pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning")]
+TOKENS, HIDDEN, EXPERTS = 4, 8, 4
+
+
+def inputs(rank):
+    g = torch.Generator().manual_seed(rank)
+    grads = torch.arange(8.0) * (rank + 1)
+    x = torch.randn(TOKENS, HIDDEN, generator=g)
+    ids = torch.tensor([[(n + rank) % EXPERTS, (n + rank + 1) % EXPERTS] for n in range(TOKENS)], dtype=torch.int32)
+    scales = torch.rand(TOKENS, 2, generator=g)
+    mask = torch.arange(12) % 3 == rank
+    return grads, x, ids, scales, mask
+
+
+def seed_rank(rank, nonzero_limit=None):
+    """Seed 000 with its core figures as stream limits: TP 16, EP 24, NonZero unlimited (or the fix)."""
+    dist.init_process_group("hccl", rank=rank, world_size=2)
+    tp, ep = dist.new_group([0, 1]), dist.new_group([0, 1])
+    group_ep = ep._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+    grads, x, ids, scales, mask = (t.npu() for t in inputs(rank))
+    main = torch.npu.current_stream()
+    tp_stream, ep_stream, nz_stream = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
+    torch.npu.set_stream_limit(tp_stream, vector_num=16)
+    torch.npu.set_stream_limit(ep_stream, vector_num=24)
+    if nonzero_limit:
+        torch.npu.set_stream_limit(nz_stream, vector_num=nonzero_limit)
+    for s in (tp_stream, ep_stream, nz_stream):
+        s.wait_stream(main)
+    with torch.npu.stream(tp_stream):
+        shard = torch.empty(4, device="npu")
+        dist.reduce_scatter_tensor(shard, grads, group=tp)
+    with torch.npu.stream(ep_stream):
+        expand_x, _, expand_idx, _, recv_counts, _, _ = torch_npu.npu_moe_distribute_dispatch(
+            x, ids, group_ep, 2, rank, EXPERTS, expert_scales=scales)
+        moe = torch_npu.npu_moe_distribute_combine(expand_x, ids, expand_idx, recv_counts, scales, group_ep, 2,
+                                                   rank, EXPERTS)
+    with torch.npu.stream(nz_stream):
+        picked = torch.nonzero(mask)
+    for s in (tp_stream, ep_stream, nz_stream):
+        main.wait_stream(s)
+    return shard.cpu(), moe.cpu(), picked.cpu()
+
+
+def check_results(results):
+    for rank, (shard, moe, picked) in enumerate(results):
+        torch.testing.assert_close(shard, (torch.arange(8.0) * 3)[4 * rank:4 * rank + 4])
+        _, x, _, scales, mask = inputs(rank)
+        torch.testing.assert_close(moe, x * scales.sum(1, keepdim=True))
+        assert picked.flatten().tolist() == torch.nonzero(mask).flatten().tolist()
+
+
+def core_use(npugraph):
+    return {(k.op, k.cores.vector, k.vector_limit) for k in npugraph.trace.records if isinstance(k, Kernel)
+            and (k.collective or k.op == "aten::nonzero")}
+
+
+def test_seed000_deadlock_on_the_default_chip_in_aiv_mode_with_stream_limits(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    assert npugraph.chip == "Ascend910B1"
+    with npugraph.expect("core-limit", match="need 88 vector cores together, but the device has 48"):
+        with npugraph.expect("deadlock", match=r"npu:0, npu:1 can block each other forever(.|\n)*"
+                                               r"fix: limit aten::nonzero .* to 8 vector cores"):
+            check_results(npugraph.run_ranks(seed_rank))
+    assert ("hccl::reduce_scatter", 48, 16) in core_use(npugraph)      # all vector cores, limited to 16
+    npugraph.assert_clean()
+
+
+def test_seed000_fix_in_aiv_mode_is_clean_and_correct(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    check_results(npugraph.run_ranks(seed_rank, 8))
+    npugraph.assert_clean()
+
+
+def test_seed000_without_aiv_cannot_deadlock_and_says_the_limit_is_only_misleading(npugraph, monkeypatch):
+    monkeypatch.delenv("HCCL_OP_EXPANSION_MODE", raising=False)
+    with npugraph.expect("core-limit", match="need 72 vector cores together"):     # MC2 24 + NonZero 48
+        with npugraph.expect("limit-ineffective", match="hccl::reduce_scatter.*AI_CPU or HOST expansion mode"):
+            check_results(npugraph.run_ranks(seed_rank))
+    assert [h for h in npugraph.hazards if h.kind == "deadlock"] == []
+    assert ("hccl::reduce_scatter", 0, 16) in core_use(npugraph)
+
+
+@pytest.mark.npu_cann("8.0.0")
+def test_seed000_on_cann_8_0_keeps_reduce_scatter_out_of_aiv(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    with npugraph.expect("core-limit"), npugraph.expect("limit-ineffective"):
+        check_results(npugraph.run_ranks(seed_rank))
+    assert [h for h in npugraph.hazards if h.kind == "deadlock"] == []
+
+
+# ------------------------------------------------------------------ one AIV communicator
+def two_aiv_communicators(rank, second_in_aiv=True):
+    options = torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options()
+    options.hccl_config = {"hccl_op_expansion_mode": 3 if second_in_aiv else 1}
+    dist.init_process_group("hccl", rank=rank, world_size=2)
+    tp = dist.new_group([0, 1])
+    ep = dist.new_group([0, 1], pg_options=options)
+    a, b = torch.ones(4, device="npu"), torch.ones(4, device="npu") * 2
+    dist.all_reduce(a, group=tp)
+    dist.all_reduce(b, group=ep)
+    return a.cpu().tolist(), b.cpu().tolist()
+
+
+def test_a_second_communicator_in_aiv_mode_warns_with_hccls_restriction(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    with pytest.warns(hccl_modes.HcclAivWarning, match=r"communicators 'hccl/1' and 'hccl/2' both run collectives "
+                                                        r"in AIV mode .*does not support several communicators"):
+        assert npugraph.run_ranks(two_aiv_communicators) == [([2.0] * 4, [4.0] * 4)] * 2
+
+
+def test_one_communicator_in_aiv_mode_does_not_warn(npugraph, recwarn):
+    options_only_for_ep = npugraph.run_ranks(two_aiv_communicators)    # env unset: tp HOST, ep AIV
+    assert options_only_for_ep == [([2.0] * 4, [4.0] * 4)] * 2
+    assert not [w for w in recwarn if issubclass(w.category, hccl_modes.HcclAivWarning)]
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as m:
+        m.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+        npugraph.run_ranks(two_aiv_communicators, False)               # tp AIV, ep HOST by its option
+    assert not [w for w in recwarn if issubclass(w.category, hccl_modes.HcclAivWarning)]
+
+
+# ------------------------------------------------------------------- CANN 9: the minimum
+def limited_all_reduce(rank, limit):
+    dist.init_process_group("hccl", rank=rank, world_size=2)
+    s = torch.npu.Stream()
+    torch.npu.set_stream_limit(s, vector_num=limit)
+    t = torch.ones(4, device="npu")
+    s.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(s):
+        dist.all_reduce(t)
+    torch.npu.current_stream().wait_stream(s)
+    return t.cpu().tolist()
+
+
+@pytest.mark.npu_cann("9.0.0")
+def test_cann_9_refuses_an_aiv_limit_below_the_algorithms_minimum(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    with pytest.raises(RuntimeError, match=r"HCCL all_reduce in AIV mode: the stream's vector core limit 1 is below "
+                                           r"the 2 vector cores its algorithm needs for 2 ranks \(CANN 9.0.0"):
+        npugraph.run_ranks(limited_all_reduce, 1)
+
+
+@pytest.mark.npu_cann("9.0.0")
+def test_cann_9_takes_a_limit_at_the_minimum(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    assert npugraph.run_ranks(limited_all_reduce, 2) == [[2.0] * 4] * 2
+    npugraph.assert_clean()
+
+
+def test_cann_8_5_takes_any_limit(npugraph, monkeypatch):
+    monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
+    assert npugraph.run_ranks(limited_all_reduce, 1) == [[2.0] * 4] * 2
+    npugraph.assert_clean()
+
+
+@pytest.mark.npu_cann("9.0.0")
+def test_cann_9_outside_aiv_mode_refuses_nothing(npugraph):
+    assert npugraph.run_ranks(limited_all_reduce, 1) == [[2.0] * 4] * 2
+
+
+# ----------------------------------------------------------------------- the setting
+@pytest.mark.npu_cann("9.0.0")
+def test_marker_sets_what_torch_npu_reports(npugraph):
+    assert torch_npu.npu.utils.get_cann_version() == "9.0.0" and torch.npu.utils._is_gte_cann_version("9.0.0")
+
+
+def test_default_is_8_5_0(npugraph):
+    assert torch_npu.npu.utils.get_cann_version() == "8.5.0" == cann.DEFAULT
+    assert not torch_npu.npu.utils._is_gte_cann_version("9.0.0")

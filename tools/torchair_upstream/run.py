@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""TorchAir's upstream tests as a yardstick: run the files of ``files.txt`` from a checkout of
+Ascend/torchair under pytest-npugraph and count the outcomes by cause.
+
+    python tools/torchair_upstream/run.py --upstream /path/to/torchair [--default-device npu] [--keep DIR]
+
+The upstream files are copied to a temporary folder (never into this repository) and run there with
+``pytest -p no:randomly``, one pytest per file (a file that hangs or crashes costs only itself;
+``--timeout`` seconds each).  ``--default-device npu`` adds a conftest that calls
+``torch.set_default_device("npu")`` before each test, as users who set it do.  The report is one line
+per outcome cause: passed, and each failure's exception type with the first line of its message
+(numbers and addresses folded), most frequent first."""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_CONFTEST_DEFAULT_DEVICE = '''
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _default_device_npu():
+    import torch
+    import torch_npu  # noqa: F401
+
+    torch.set_default_device("npu")
+    yield
+    torch.set_default_device(None)
+'''
+
+
+def listed_files() -> list:
+    with open(os.path.join(HERE, "files.txt"), encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def _cause(case) -> str | None:
+    for tag in ("failure", "error"):
+        node = case.find(tag)
+        if node is not None:
+            text = (node.get("message") or node.text or "").strip().splitlines()
+            first = text[0] if text else tag
+            first = re.sub(r"0x[0-9a-f]+", "0x?", first)
+            first = re.sub(r"\d+", "N", first)
+            return first[:160]
+    if case.find("skipped") is not None:
+        return "skipped"
+    return None
+
+
+def run(upstream: str, default_device: str | None, timeout: int, keep: str | None) -> collections.Counter:
+    work = keep or tempfile.mkdtemp(prefix="torchair_upstream_")
+    os.makedirs(work, exist_ok=True)
+    counts = collections.Counter()
+    for rel in listed_files():
+        src = os.path.join(upstream, rel)
+        if not os.path.exists(src):
+            counts[f"missing file {rel}"] += 1
+            continue
+        folder = os.path.join(work, os.path.dirname(rel))
+        os.makedirs(folder, exist_ok=True)
+        for sibling in os.listdir(os.path.dirname(src)):       # helpers the tests import
+            if sibling.endswith(".py"):
+                shutil.copy(os.path.join(os.path.dirname(src), sibling), folder)
+        conftest = os.path.join(folder, "conftest.py")
+        if default_device:
+            with open(conftest, "w", encoding="utf-8") as f:
+                f.write(_CONFTEST_DEFAULT_DEVICE.replace('"npu"', repr(default_device)))
+        elif os.path.exists(conftest):
+            os.remove(conftest)
+        xml = os.path.join(work, os.path.basename(rel) + ".xml")
+        cmd = [sys.executable, "-m", "pytest", os.path.basename(rel), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+               f"--junitxml={xml}", "-o", "python_files=*.py"]
+        try:
+            subprocess.run(cmd, cwd=folder, timeout=timeout, capture_output=True, check=False)
+        except subprocess.TimeoutExpired:
+            counts[f"file timed out: {rel}"] += 1
+            continue
+        if not os.path.exists(xml):
+            counts[f"file did not run: {rel}"] += 1
+            continue
+        cases = ET.parse(xml).getroot().iter("testcase")
+        for case in cases:
+            cause = _cause(case)
+            counts["passed" if cause is None else cause] += 1
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upstream", required=True, help="a checkout of Ascend/torchair")
+    parser.add_argument("--default-device", default=None, help='e.g. "npu": torch.set_default_device before each test')
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per file")
+    parser.add_argument("--keep", default=None, help="run in this folder and keep it (junit xml per file)")
+    args = parser.parse_args()
+    counts = run(args.upstream, args.default_device, args.timeout, args.keep)
+    total = sum(n for cause, n in counts.items() if not cause.startswith(("file ", "missing ")))
+    print(f"passed {counts['passed']}/{total} (default device: {args.default_device or 'cpu'})")
+    for cause, n in counts.most_common():
+        if cause != "passed":
+            print(f"{n:4d}  {cause}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
