@@ -2,7 +2,8 @@
 """Which torch_npu ops vLLM-Ascend calls, in how many places, and which of them the emulator has math for.
 
 A "place" is one occurrence of ``torch_npu.<op>``, ``torch_npu.atb.<op>``, ``torch.ops.npu.<op>`` or
-``torch.ops.atb.<op>`` in a ``.py`` file under ``SRC_DIR/vllm_ascend`` (the package, not its tests).
+``torch.ops.atb.<op>`` in a ``.py`` file under ``SRC_DIR/vllm_ascend`` (the package, not its tests), comment
+lines left out.
 Each op is looked up in the emulator's op table (``runtime/ops/registry.table()``): ``math`` (a family
 spec with CPU math), ``schema`` (the op exists, calling it raises the "no CPU implementation" error) or
 ``unknown`` (not an op of torch_npu 2.14.0's ``npu``/``atb`` namespaces: a Python-level API or a typo).
@@ -49,7 +50,8 @@ def census(src: str, rev: str | None = None) -> "collections.Counter[str]":
     """``{op name: number of places}`` over vLLM-Ascend's package sources."""
     counts: collections.Counter = collections.Counter()
     for _, text in _sources(src, rev):
-        counts.update(PATTERN.findall(text))
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+        counts.update(PATTERN.findall(code))
     return counts
 
 

@@ -32,6 +32,7 @@ class Context:
     test_hook: Any = None      # the running test's hook proxy: only the conftest.py files above it answer
     rootdir: Optional[str] = None
     emulating: bool = False
+    child: bool = False        # a process a test started (inherit.py): its ranks may be processes
 
     def begin(self, config: TestConfig, test_hook: Any = None) -> None:
         self.config = config

@@ -42,21 +42,31 @@ class NpuGraph:
 
     @property
     def trace(self):
-        """The recorded trace (plain data: see ``pytest_npugraph.trace``)."""
+        """The recorded trace (plain data: see ``pytest_npugraph.trace``), with the traces of the processes
+        the test started so far (inherit.py)."""
+        from .inherit import absorb
+
+        absorb()
         return self.runtime.trace
 
     @property
     def graphs(self) -> list:
         return self.runtime.graphs
 
-    def run_ranks(self, fn, *args) -> list:
+    def run_ranks(self, fn, *args, processes: bool = False) -> list:
         """Run ``fn(rank, *args)`` once per emulated device, each in its own thread with its own
         current device (rank r drives ``npu:r``) and ``torch.distributed`` environment (backend
         ``"hccl"``); returns the results in rank order.  A rank's exception is re-raised (with a
-        note naming the rank); collectives that can never complete raise ``CollectiveError``."""
+        note naming the rank); collectives that can never complete raise ``CollectiveError``.
+        ``processes=True``: each rank is a process of its own, as ``torch.multiprocessing.spawn``
+        starts them (``fn`` and ``args`` must pickle); their traces join the test's."""
         __tracebackhide__ = True
         if not callable(fn):
             raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
+        if processes:
+            from .runtime.collectives import launch
+
+            return launch.run(fn, args, self.device_count)
         from torch_npu.distributed import _ranks
 
         from .runtime import collectives
@@ -77,7 +87,7 @@ class NpuGraph:
             raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
         from .runtime.executor import DeviceHang
 
-        before = {h.key for h in self._hazards.analyze()}
+        before = {h.key for h in self._hazards.analyze()}      # (with the children's traces so far)
         start = len(self.runtime.trace)
         hang = None
         try:
@@ -86,6 +96,9 @@ class NpuGraph:
             if kind not in ("deadlock", "event-misuse"):
                 raise
             hang = exc
+        from .inherit import absorb
+
+        absorb()
         end = len(self.runtime.trace)
         found = [h for h in self._hazards.analyze()
                  if h.kind == kind and h.key not in self._hazards.absorbed

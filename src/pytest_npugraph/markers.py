@@ -11,6 +11,8 @@ MARKERS = {
                  "device in the test (vector defaults to 2 x aicore).",
     "npu_chip": "npu_chip(NAME): chip profile (core counts, memory), e.g. Ascend910B3 or Ascend910_9392.",
     "npu_devices": "npu_devices(N): number of emulated NPU devices in the test (default 1).",
+    "npu_no_inherit": "npu_no_inherit: processes the test starts do not emulate the NPU (by default a child "
+                      "Python process imports the emulated torch_npu with the test's settings).",
     "npu_allow": "npu_allow(KIND, ...): hazards of these kinds are reported but do not fail the test.",
     "npu_cann": "npu_cann(VERSION): the CANN release emulated in the test, e.g. npu_cann('9.0.0') "
                 "(HCCL AIV op table, static kernel + core limit).",

@@ -29,6 +29,9 @@ class TestHazards:
         self._cache = (-1, [])
 
     def analyze(self) -> list:
+        from .inherit import absorb
+
+        absorb()         # the traces of the test's child processes join its own
         rt = _runtime()
         if rt is None:
             return []

@@ -6,12 +6,13 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import warnings
 
 import pytest
 
-from . import activation, cann
+from . import activation, cann, inherit
 from ._context import CONTEXT
 from .chips import CHIPS, DEFAULT_CHIP, lookup
 from .hazard import NpuHazardWarning
@@ -25,6 +26,7 @@ STASH_OUTCOME = pytest.StashKey()      # config.stash: the HazardOutcome plugin 
 STASH_SAVED = pytest.StashKey()        # config.stash: the CONTEXT fields to give back at unconfigure
 STASH_MODULES = pytest.StashKey()
 STASH_SCHEDULE = pytest.StashKey()     # config.stash: (schedule, seed) of this session
+STASH_NPU_SMI = pytest.StashKey()      # config.stash: the session's emulated npu-smi (npu_smi.Installed)
 STASH_CANN = pytest.StashKey()         # config.stash: the session's default CANN version
 
 
@@ -89,6 +91,10 @@ def _emulation_wanted(config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     """Activate before conftest.py files are imported, so their ``import torch_npu`` is emulated."""
+    if CONTEXT.child:       # pytest run by a test in a subprocess: its own options decide, not the parent's
+        from . import child
+
+        child.stop()
     try:
         wanted = _emulation_wanted(early_config)
     except (ValueError, pytest.UsageError):
@@ -96,6 +102,31 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if wanted:
         activation.activate()
         CONTEXT.emulating = True
+        _install_npu_smi(early_config)   # conftests probe `npu-smi info` at import (vLLM-Ascend's does)
+
+
+def _install_npu_smi(config) -> None:
+    if config.stash.get(STASH_NPU_SMI, None) is None:
+        from .npu_smi import Installed
+
+        try:
+            chip = _setting(config, "npu_chip")
+        except (ValueError, pytest.UsageError):
+            chip = DEFAULT_CHIP
+        config.stash[STASH_NPU_SMI] = Installed(chip if chip in CHIPS else DEFAULT_CHIP)
+
+
+def pytest_plugin_registered(plugin, manager):
+    """After each conftest.py is imported: has it put a stub over the emulated torch_npu? (mock_guard)"""
+    path = getattr(plugin, "__file__", None)
+    if not CONTEXT.emulating or not path or os.path.basename(path) != "conftest.py":
+        return
+    from . import mock_guard
+
+    names = mock_guard.swapped()
+    if names and not getattr(manager, "_npugraph_stub_reported", False):
+        manager._npugraph_stub_reported = True       # once per session
+        raise pytest.UsageError(mock_guard.message(path, names, CONTEXT.rootdir or os.getcwd()))
 
 
 def pytest_configure(config):
@@ -117,6 +148,8 @@ def pytest_configure(config):
         activation.activate()
     config.stash[STASH_SAVED] = (CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir)
     CONTEXT.emulating = emulating
+    if emulating:
+        _install_npu_smi(config)
     CONTEXT.hook = config.hook
     CONTEXT.rootdir = str(config.rootpath)
     outcome = config.stash[STASH_OUTCOME] = HazardOutcome(config, chip, hazards)
@@ -167,6 +200,10 @@ def _path_setting(config, name: str):
 
 def pytest_unconfigure(config):
     """Give the context back (an in-process pytester session runs inside another one)."""
+    npu_smi = config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.remove()
+        del config.stash[STASH_NPU_SMI]
     saved = config.stash.get(STASH_SAVED, None)
     if saved is not None:
         CONTEXT.emulating, CONTEXT.hook, CONTEXT.rootdir = saved
@@ -217,21 +254,34 @@ def pytest_runtest_setup(item):
         config_for(item, item.config.stash[STASH_OUTCOME].chip, item.config.stash[STASH_CANN]),
         schedule=schedule, schedule_seed=seed, rank_skew=seed if schedule == "shuffle" else None)
     CONTEXT.begin(test_config, item.ihook)
+    npu_smi = item.config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.set(test_config.chip.name, test_config.device_count)
     item.stash[STASH_MODULES] = activation.snapshot()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """After the test body: turn its hazards into the outcome (or, if it failed, a report section)."""
+    """After the test body: turn its hazards into the outcome (or, if it failed, a report section).
+    During it, the Python processes it starts emulate its NPU and hand back their traces (inherit.py)."""
+    children = None
+    if CONTEXT.emulating and item.get_closest_marker("npu_no_inherit") is None:
+        children = inherit.Inheritance(CONTEXT.config, CONTEXT.op_profile, inherit.conftest_files(item))
+        children.__enter__()
     try:
-        result = yield
-    except BaseException:
+        try:
+            result = yield
+        except BaseException:
+            if CONTEXT.emulating:
+                item.config.stash[STASH_OUTCOME].check(item, failed=True)
+            raise
         if CONTEXT.emulating:
-            item.config.stash[STASH_OUTCOME].check(item, failed=True)
-        raise
-    if CONTEXT.emulating:
-        item.config.stash[STASH_OUTCOME].check(item)
-    return result
+            item.config.stash[STASH_OUTCOME].check(item)
+        return result
+    finally:
+        if children is not None:
+            children.__exit__(None, None, None)
+            children.close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -278,6 +328,9 @@ def _fresh_dynamo() -> None:
 def pytest_runtest_teardown(item, nextitem):
     if CONTEXT.emulating:
         _fresh_dynamo()
+    npu_smi = item.config.stash.get(STASH_NPU_SMI, None)
+    if npu_smi is not None:
+        npu_smi.reset()
     state = item.stash.get(STASH_MODULES, None)
     if state is not None:
         changed = activation.restore(state)

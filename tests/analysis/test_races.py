@@ -267,7 +267,7 @@ def test_one_report_for_20000_reads_then_one_write():
     start = time.perf_counter()
     hazards = found(b)
     assert len(hazards) == 1 and hazards[0].where == ["model.py:10", "model.py:20"]
-    assert time.perf_counter() - start < 2
+    assert time.perf_counter() - start < 30   # generous (load must not fail it): quadratic work takes minutes
 
 
 def test_one_report_for_a_write_then_20000_unsynchronised_reads():

@@ -16,7 +16,8 @@ import os
 import pytest
 
 SEED = os.environ.get("NPUGRAPH_DETERMINISM_SEED", "")
-OUT = os.environ["NPUGRAPH_DETERMINISM_OUT"]
+OUT = os.environ["NPUGRAPH_DETERMINISM_OUT"] + (f".{os.environ['PYTEST_XDIST_WORKER']}"
+                                                 if os.environ.get("PYTEST_XDIST_WORKER") else "")
 VERDICTS: dict = {}
 DURATIONS: dict = {}       # nodeid -> seconds (not part of the verdict)
 CURRENT = [None]
@@ -28,7 +29,8 @@ def multi_rank(item) -> bool:
         source = inspect.getsource(fn)
     except (TypeError, OSError):
         return False
-    return "run_ranks" in source and "processes=True" not in source
+    # (a test that installs skews itself would see the harness's too)
+    return "run_ranks" in source and "processes=True" not in source and "skew.install" not in source
 
 
 def pytest_configure(config):
@@ -117,6 +119,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
+    if getattr(session.config, "workerinput", None) is None and session.config.pluginmanager.has_plugin("dsession"):
+        return      # the xdist controller: its workers write the verdicts
     with open(OUT, "w") as f:
         json.dump(VERDICTS, f, indent=1, sort_keys=True)
     with open(OUT + ".durations", "w") as f:

@@ -39,13 +39,17 @@ def run(seed, files, extra=()) -> dict:
         cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                "-p", "determinism_recorder", "-n", "0", *extra]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        if not os.path.exists(out):
+        parts = sorted(p for p in os.listdir(tmp) if not p.endswith(".durations"))   # one per xdist worker
+        if not parts:
             raise RuntimeError(f"the child pytest wrote no verdicts (exit {proc.returncode}):\n"
                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        with open(out + ".durations") as f:
-            DURATIONS.update(json.load(f))
-        with open(out) as f:
-            return json.load(f)
+        verdicts: dict = {}
+        for part in parts:
+            with open(os.path.join(tmp, part)) as f:
+                verdicts.update(json.load(f))
+            with open(os.path.join(tmp, part + ".durations")) as f:
+                DURATIONS.update(json.load(f))
+        return verdicts
 
 
 def known_flaky(runs: list) -> set:
@@ -77,10 +81,11 @@ def report(runs: list, diffs: list) -> str:
              f"{len(runs) - 1} skewed): {len(diffs)} verdict change(s) in "
              f"{len({d[0] for d in diffs})} test(s)"]
     for nodeid in sorted(known_flaky(runs)):
-        changed = sum(1 for verdicts in runs[1:] if verdicts.get(nodeid) != runs[0].get(nodeid))
+        flaky = [d for d in differences(runs) if d[0] == nodeid]
+        fields = sorted({key for d in flaky for key in d[2]})
         reason = next(v[nodeid]["xfail"] for v in runs if "xfail" in v.get(nodeid, {}))
-        lines.append(f"  known flaky (xfail, not counted): {nodeid}: {changed} of {len(runs) - 1} skewed runs "
-                     f"differ from run 0 ({reason})")
+        lines.append(f"  known flaky (xfail, not counted): {nodeid}: {len(flaky)} of {len(runs) - 1} skewed runs "
+                     f"differ from run 0 (in {', '.join(fields) or 'nothing'}; xfail: {reason})")
     for nodeid, k, what, a, b in diffs:
         lines.append(f"  {nodeid}: run {k} differs in {', '.join(what)}")
         for key in what:

@@ -5,8 +5,8 @@ seed's stream limits; the harness (tests/determinism) reruns it under rank skews
 Why: the verdict must be the same however the rank threads interleave: the deadlock (both cards can
 block each other) for the unlimited NonZero, clean and right numbers for the seed's fix.  Issue 24
 measured this scenario failing in 6 of 11 runs with a false "every rank is blocked" hang, because
-``torch.tensor(..., device="npu")`` on rank 1 landed on npu:0 (the device resolver of the
-``boundary`` work).
+``torch.tensor(..., device="npu")`` on rank 1 landed on npu:0; with the one device resolver
+(``backend.device_index``) it is rank 1's npu:1.
 """
 import pytest
 import torch
@@ -17,10 +17,6 @@ import torch_npu
 pytestmark = [pytest.mark.npu_devices(2), pytest.mark.npu_chip("Ascend910B1"),
               pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning")]
 TOKENS, HIDDEN, EXPERTS = 4, 8, 4
-FACTORY_ON_NPU0 = pytest.mark.xfail(
-    strict=False, reason="torch.tensor(..., device='npu') in rank 1 lands on npu:0 until the boundary helper's device "
-                         "resolver lands (issue 24 item 1): the collective then gets tensors of two devices, or rank 1 "
-                         "blocks on npu:0's stream behind rank 0's collective (a false DeviceHang)")
 
 
 def data(rank):
@@ -73,7 +69,6 @@ def check_results(results):
         assert picked.flatten().tolist() == [i for i, m in enumerate(d["mask"]) if m]
 
 
-@FACTORY_ON_NPU0
 def test_two_communicators_unlimited_nonzero_deadlocks(npugraph, monkeypatch):
     monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
     with npugraph.expect("deadlock", match=r"npu:0, npu:1 can block each other forever(.|\n)*"
@@ -82,7 +77,6 @@ def test_two_communicators_unlimited_nonzero_deadlocks(npugraph, monkeypatch):
     npugraph.assert_clean()
 
 
-@FACTORY_ON_NPU0
 def test_two_communicators_fix_is_clean_and_correct(npugraph, monkeypatch):
     monkeypatch.setenv("HCCL_OP_EXPANSION_MODE", "AIV")
     check_results(npugraph.run_ranks(seed_rank, 8))

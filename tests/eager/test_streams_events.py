@@ -192,7 +192,10 @@ def test_query_and_synchronize(npugraph):
     s = torch.npu.Stream()
     with torch.npu.stream(s):
         torch.ones(2, device="npu")
+    assert s.query() is False                        # the first ask about new work: not known done yet
     assert s.query() is True
+    sync = records(npugraph, T.HostSync)[-1]
+    assert (sync.what, sync.stream) == ("stream", sid(npugraph, s))
     assert s.synchronize() is None
     sync = records(npugraph, T.HostSync)[-1]
     assert (sync.what, sync.stream) == ("stream", sid(npugraph, s))
@@ -255,7 +258,7 @@ def test_sync_launch_stream(npugraph):
     assert re.fullmatch(r"<torch_npu\.npu\.SyncLaunchStream device=npu:0 npu_stream=0x[0-9a-f]+>", repr(s))
     e = s.record_event()
     torch.npu.current_stream().wait_event(e)
-    assert s.query() is True and s.synchronize() is None
+    assert s.query() is False and s.query() is True and s.synchronize() is None
 
 
 # ----------------------------------------------------------------------- events
@@ -324,7 +327,7 @@ def test_event_query_synchronize_and_timing(npugraph):
     start.record()
     torch.ones(8, device="npu").sum()
     end.record()
-    assert end.query() is True
+    assert end.query() is False and end.query() is True      # a first ask about new work answers False
     assert end.synchronize() is None
     assert records(npugraph, T.HostSync)[-1].what == "event"
     ms = start.elapsed_time(end)

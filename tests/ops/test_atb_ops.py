@@ -10,12 +10,18 @@ import torch
 
 import pytest_npugraph
 import torch_npu
-from pytest_npugraph.runtime.ops import _generated, library, paged, registry
+from pytest_npugraph.runtime.ops import _generated, batchmatmul, library, paged, registry, rope, unpad_attention
 
 EXPORTS = registry.atb_exports()
 NAMES = registry.atb_names()
 WITH_MATH = {"_npu_paged_attention": paged._npu_paged_attention, "_npu_reshape_and_cache": paged._npu_reshape_and_cache,
-             "_npu_reshape_and_cache_siso": paged._npu_reshape_and_cache_siso}
+             "_npu_reshape_and_cache_siso": paged._npu_reshape_and_cache_siso,
+             "npu_paged_cache_load.out": paged.npu_paged_cache_load_out,
+             "_npu_rotary_embedding": rope._npu_rotary_embedding,
+             "_npu_flash_attention": unpad_attention._npu_flash_attention,
+             "_npu_flash_attention_unpad": unpad_attention._npu_flash_attention_unpad,
+             "_npu_flash_attention_unpad_v2": unpad_attention._npu_flash_attention_unpad_v2,
+             "_npu_matmul_add_fp32": batchmatmul._npu_matmul_add_fp32}
 
 
 def _overload(name: str):
@@ -53,15 +59,15 @@ def test_every_name_is_exported_where_torch_npu_exports_it(name):
 
 
 def test_an_atb_op_without_math_names_itself_its_schema_and_the_hook(npugraph):
-    q, k = torch.zeros(2, 8).npu(), torch.zeros(2, 8).npu()
+    q = torch.zeros(2, 1, 8, dtype=torch.float16).npu()
     with pytest.raises(NotImplementedError) as info:
-        torch_npu._npu_rotary_embedding(torch.zeros(2, dtype=torch.int64).npu(), q, k, 8, torch.zeros(4, 8).npu(),
-                                        True)
+        torch_npu._npu_flash_attention_v3(q, q, q, torch.zeros(2, 2, dtype=torch.float16).npu(), torch.tensor([2]),
+                                          1.0, 1, 1, out=torch.zeros_like(q))
     message = str(info.value)
-    assert message.startswith("torch.ops.atb._npu_rotary_embedding (torch_npu._npu_rotary_embedding) has no CPU "
+    assert message.startswith("torch.ops.atb._npu_flash_attention_v3 (torch_npu._npu_flash_attention_v3) has no CPU "
                               "implementation in pytest-npugraph")
-    assert "Schema: atb::_npu_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, " \
-           "Tensor cos_sin_cache, bool is_neox_style) -> ()" in message
+    assert "Schema: atb::_npu_flash_attention_v3(Tensor query, Tensor key, Tensor value, Tensor mask, Tensor seq_len, " \
+           "float scale_value, int num_heads, int num_kv_heads, *, int ? mask_type = 3, Tensor(a!) out) -> ()" in message
     assert "def pytest_npugraph_register_ops(registry):" in message and "'kind': 'ATB'" in message
     with pytest.raises(NotImplementedError, match=r"torch.ops.atb.npu_ring_mla \(torch_npu.atb.npu_ring_mla\)"):
         torch_npu.atb.npu_ring_mla(*[torch.zeros(1).npu()] * 7, 1, 1)
@@ -73,6 +79,9 @@ def test_the_atb_ops_with_math_keep_it_on_their_real_schema():
         assert spec.impl is impl and spec.namespace == "atb" and spec.cores["kind"] == "ATB"
         assert spec.schema in _generated.ATB_SCHEMAS
     assert registry.table()["_npu_paged_attention"].graph_updatable
+    workspace = library.SPECS["_npu_paged_attention_get_workspace"]     # a host-side query, as atb_cores names it
+    assert workspace.impl is paged._npu_paged_attention_get_workspace and workspace.namespace == "atb"
+    assert workspace.cores == registry.atb_cores("_npu_paged_attention_get_workspace")
 
 
 def test_every_atb_op_has_an_atb_profile_or_runs_on_the_host():

@@ -243,8 +243,10 @@ def test_derived_tables_equal_the_hand_written_ones_they_replace():
 
 def test_the_mc2_ops_math_is_read_off_their_specs():
     """Each multi-rank MC2 op carries its kernel and its collective math on its spec (ops/mc2.py);
-    collectives.py keeps only the c10d collectives' math and takes the rest from the specs."""
+    the collectives package keeps only the c10d collectives' math (c10d_math.py) and takes the rest from
+    the specs."""
     from pytest_npugraph.runtime import collectives
+    from pytest_npugraph.runtime.collectives import c10d_math
     from pytest_npugraph.runtime.ops import mc2
 
     multi = [spec for spec in registry.specs() if spec.mc2 is not None]
@@ -253,7 +255,7 @@ def test_the_mc2_ops_math_is_read_off_their_specs():
     for spec in multi:
         assert spec.mc2_math is not None and collectives.MATH[spec.name] is spec.mc2_math
         assert spec.mc2.__module__ == spec.mc2_math.__module__ == mc2.__name__
-    c10d = {name for name, math in collectives.MATH.items() if math.__module__ == collectives.__name__}
+    c10d = {name for name, math in collectives.MATH.items() if math.__module__ == c10d_math.__name__}
     assert "all_reduce" in c10d and set(collectives.MATH) == c10d | set(registry.mc2_kernels())
     assert not c10d & set(registry.mc2_kernels())
 

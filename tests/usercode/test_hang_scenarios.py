@@ -92,10 +92,8 @@ def test_hang_scenarios_end_with_a_report(pytester, monkeypatch):
     start = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", timeout=120)
     elapsed = time.monotonic() - start
-    result.assert_outcomes(passed=6, failed=2)
+    result.assert_outcomes(passed=8)
     assert elapsed < 90
-    # the two never-recorded waits fail with the event-misuse report (no hang, no internal error)
-    # (the summary line's " - message" tail depends on the terminal width, hence the trailing *)
-    result.stdout.fnmatch_lines(["FAILED *::test_wait_on_never_recorded_event*",
-                                 "FAILED *::test_graph_waits_on_never_recorded_event*"])
-    assert result.stdout.str().count("event-misuse") >= 2
+    # the two never-recorded waits are no-ops on hardware (NPUEvent::block returns at once): they pass,
+    # with an event-misuse warning each (no hang, no internal error)
+    result.stdout.fnmatch_lines(["event-misuse * 0 * 0 * 0 * 2 * 0 *"])

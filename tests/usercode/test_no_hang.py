@@ -20,7 +20,7 @@ def test_init_outside_run_ranks_fails_at_once(npugraph, monkeypatch, call):
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"outside npugraph\.run_ranks.*npugraph\.run_ranks\(fn\)"):
         call()
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 60   # generous (load must not fail it): the bug waited until killed
     assert not dist.is_initialized()
 
 

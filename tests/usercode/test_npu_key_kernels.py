@@ -187,3 +187,17 @@ def test_in_compiled_regions_the_fake_kernel_traces_and_the_npu_kernel_runs(npug
     assert "aten::mul.Tensor" in _ops(npugraph)
     torch._dynamo.reset()
     npugraph.assert_clean()
+
+
+def test_a_kernel_registered_or_removed_between_calls_is_noticed(npugraph, lib):
+    """The dispatch core asks on every call (a set lookup), not once per op."""
+    lib.define("late(Tensor x) -> Tensor")
+    lib.impl("late", lambda x: x + 10, "CPU")
+    x = torch.ones(2, device="npu")
+    assert torch.ops.npugraph_user_ops.late(x).cpu().tolist() == [11.0, 11.0]
+    npu_lib = torch.library.Library("npugraph_user_ops", "FRAGMENT")
+    npu_lib.impl("late", lambda x: x * 5, "PrivateUse1")
+    assert torch.ops.npugraph_user_ops.late(x).cpu().tolist() == [5.0, 5.0]
+    npu_lib._destroy()
+    assert torch.ops.npugraph_user_ops.late(x).cpu().tolist() == [11.0, 11.0]
+    npugraph.assert_clean()

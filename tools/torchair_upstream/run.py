@@ -58,6 +58,12 @@ def _cause(case) -> str | None:
     return None
 
 
+def _test_count(path: str) -> int:
+    """How many tests a file defines (for a file that timed out or did not collect)."""
+    with open(path, encoding="utf-8") as f:
+        return len(re.findall(r"^\s+def test\w*\(", f.read(), flags=re.M))
+
+
 def run(upstream: str, default_device: str | None, timeout: int, keep: str | None) -> collections.Counter:
     work = keep or tempfile.mkdtemp(prefix="torchair_upstream_")
     os.makedirs(work, exist_ok=True)
@@ -84,12 +90,18 @@ def run(upstream: str, default_device: str | None, timeout: int, keep: str | Non
         try:
             subprocess.run(cmd, cwd=folder, timeout=timeout, capture_output=True, check=False)
         except subprocess.TimeoutExpired:
-            counts[f"file timed out: {rel}"] += 1
+            counts[f"file timed out after {timeout}s: {rel}"] += _test_count(src)
             continue
         if not os.path.exists(xml):
-            counts[f"file did not run: {rel}"] += 1
+            counts[f"file did not run: {rel}"] += _test_count(src)
             continue
-        cases = ET.parse(xml).getroot().iter("testcase")
+        cases = list(ET.parse(xml).getroot().iter("testcase"))
+        if len(cases) == 1 and cases[0].get("classname") == "":      # the file did not collect
+            error = cases[0].find("error")
+            lines = [line[4:] for line in (error.text or "").splitlines() if line.startswith("E   ")] if error is not None \
+                else []
+            counts[f"collection: {lines[-1][:160] if lines else 'failed'}"] += _test_count(src)
+            continue
         for case in cases:
             cause = _cause(case)
             counts["passed" if cause is None else cause] += 1
@@ -106,7 +118,7 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="run in this folder and keep it (junit xml per file)")
     args = parser.parse_args()
     counts = run(args.upstream, args.default_device, args.timeout, args.keep)
-    total = sum(n for cause, n in counts.items() if not cause.startswith(("file ", "missing ")))
+    total = sum(counts.values())
     print(f"passed {counts['passed']}/{total} (default device: {args.default_device or 'cpu'})")
     for cause, n in counts.most_common():
         if cause != "passed":

@@ -27,7 +27,9 @@ PY="$VENV/bin/python"
 # what `import vllm` and vllm_ascend.ops / .attention / .quantization need at import time
 "$PY" -m pip install --quiet cbor2 psutil pyzmq gguf aiohttp openai openai-harmony einops pillow pybase64 \
     cachetools msgspec cloudpickle blake3 prometheus_client transformers pyyaml regex requests tqdm \
-    py-cpuinfo safetensors scipy decorator
+    py-cpuinfo safetensors scipy decorator uvloop llguidance loguru frozendict
+# these pin a torch of their own: installed without their dependencies (the ones they import are above)
+"$PY" -m pip install --quiet --no-deps compressed-tensors "xgrammar>=0.2.0,<1.0.0" apache-tvm-ffi numba llvmlite
 if "$PY" -c "import triton" 2>/dev/null; then
     echo "note: triton is installed in $VENV; vLLM-Ascend then takes its triton paths (rope, ...), which" \
          "need a real NPU: pip uninstall triton for the emulated runs" >&2

@@ -106,11 +106,15 @@ def explore(trace: Trace, budget: int = DEFAULT_BUDGET) -> Exploration:
     return Search(taskgraph.build(trace)).run(budget)
 
 
+P2P = frozenset({"hccl::send", "hccl::recv"})   # a point-to-point channel pairs a send with a receive
+
+
 def collective_mismatch(trace: Trace, kernels) -> Optional[Hazard]:
     """A hazard if the kernels matched as one collective (same ``(group, seq)``) are not all
     the same op: the ranks issue the group's collectives in different orders."""
     kernels = sorted(kernels, key=lambda k: (describe.stream_key(trace, k.stream), k.seq))
-    if len({k.op for k in kernels}) < 2:
+    ops = {k.op for k in kernels}
+    if len(ops) < 2 or ops == P2P:
         return None
     group, seq = kernels[0].collective
     parts = ", ".join(f"{k.op} on {stream_name(trace, k.stream)} ({k.site})" for k in kernels)

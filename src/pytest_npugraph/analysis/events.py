@@ -3,10 +3,12 @@
 Sub-rules, each silent on correct code:
 
 (a) never recorded: an ``EventWait`` (``stream.wait_event`` / ``event.wait``) or a host
-    ``event.synchronize()`` on an event with no earlier ``EventRecord``.  Both are no-ops,
-    so whatever the user meant to order is not.  ``ExternalEvent`` is exempt: its wait may
-    legitimately precede the record (external_waits.py: it waits for that record, and reports
-    the one never recorded that a host sync then waits for).
+    ``event.synchronize()`` on an event with no earlier ``EventRecord``.  Both are no-ops on
+    hardware (``NPUEvent::block``/``synchronize`` return at once for an event not yet created),
+    so whatever the user meant to order is not; the call itself harms nothing, so this is a
+    warning, and the race detector reports the accesses it fails to order.  ``ExternalEvent``
+    is exempt: its wait may legitimately precede the record (external_waits.py: it waits for
+    that record, and reports as an error the one never recorded, which hangs the device).
 (b) side stream not joined before capture ends: between ``CaptureBegin`` and
     ``CaptureEnd`` on stream S, every other stream of S's device that got work must have
     that work ordered before S's last task of the capture (S waited for it); otherwise
@@ -65,12 +67,12 @@ def find(trace, cache: dict | None = None) -> list:
     return list(found.values())
 
 
-def _add(found, key, trace, message, records, streams=()) -> None:
+def _add(found, key, trace, message, records, streams=(), severity="error") -> None:
     if key not in found:
         where = [describe.site(r) for r in records if describe.known(r)]
         ops = [r.op for r in records if isinstance(r, Kernel)]
         found[key] = Hazard(KIND, message, where, [describe.stream(trace, s) for s in streams], ops,
-                            tuple(r.seq for r in records if hasattr(r, "seq")))
+                            tuple(r.seq for r in records if hasattr(r, "seq")), severity=severity)
 
 
 def _event(trace, eid) -> str:
@@ -96,7 +98,7 @@ def _never_recorded(trace, found, rec, verb) -> None:
          f"never recorded before: the call is a no-op and orders nothing. Fix: record the event "
          f"(`event.record(stream)`) on the producing stream after the work to wait for and before line "
          f"{describe.site(rec)}, or remove the call.",
-         [rec], [rec.stream] if verb == "waits" else [])
+         [rec], [rec.stream] if verb == "waits" else [], severity="warning")
 
 
 def _check_device(trace, found, record_device, rec) -> None:

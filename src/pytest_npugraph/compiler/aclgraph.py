@@ -11,6 +11,9 @@ aliased by an output (kept; copied into when they move) and user inputs (``clone
 every call into pool buffers made at capture, freed after it so other captures may reuse them;
 otherwise copied into the first call's tensor when they move).
 
+The graph lives on the device of its inputs (``runner.device_of``): its capture stream, pool, input
+buffers, replays, copies and output clones are that device's, whatever the caller's current device.
+
 Memory-reuse modes: a custom pool (``aclgraph_config.use_custom_pool``, which also turns off reuse
 within the FX graph) is shared by every graph of the config; otherwise each FX graph has its own
 pool, and unless ``disable_mempool_reuse_in_same_fx`` every capture of a second or later key starts
@@ -35,7 +38,7 @@ from ..runtime.tensor import NpuTensor, note_output_reads, span
 from . import aclgraph_passes as passes
 from . import data_dump, deadlock_check, emit, fxgraph, reinplace, scope_stack, stream_events
 from ..graph_record import GraphOp, GraphRecord
-from .runner import Runner, record_node, wait_node
+from .runner import Runner, device_of, on_device, record_node, wait_node
 
 _OUTPUT_WARNING = (
     "Because acl graph fixes memory addresses, acl graphs do not have a great way of handling live tensors from "
@@ -194,6 +197,12 @@ class AclConcreteGraph:
 
     def __call__(self, *args):
         rt = current()
+        device = device_of(args, rt)
+        with on_device(device, rt):      # the graph's streams, pool, capture and copies are its device's
+            return self._call(rt, args)
+
+    def _call(self, rt, args):
+        """One call, on the graph's device (Dynamo compiles a graph per input device)."""
         if self.generation != rt.generation:
             self._start_test(rt)
         self.record.runs += 1

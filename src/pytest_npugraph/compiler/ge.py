@@ -28,7 +28,7 @@ from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
 from . import data_dump, emit, export, fxgraph
 from ..graph_record import GraphOp, GraphRecord
-from .runner import Runner, record_node, wait_node
+from .runner import Runner, device_of, on_device, record_node, wait_node
 
 _SKIPPED = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT}
 _REJECTED = ("air.tagged_event_record", "air.tagged_event_wait", "air.record_tagged_stream",
@@ -144,11 +144,12 @@ class GeGraph:
         if self.export is not None:             # dynamo_export: write the export, do not run
             export.export(self.gm, self.name, self.lane, args, self.settings)
         rt = current()
-        device = _device_of(args, rt)
+        device = device_of(args, rt)
         if self._generation != (rt.generation, device):
             self._setup(rt, device)
         self.record.runs += 1
-        return self._runner.run(*args)
+        with on_device(device, rt):
+            return self._runner.run(*args)
 
 
 class _GeRunner(Runner):
@@ -158,7 +159,7 @@ class _GeRunner(Runner):
 
     def begin(self, rt, args) -> None:
         g = self.graph
-        self.device = _device_of(args, rt)
+        self.device = device_of(args, rt)
         self.launch = rt.current_stream(self.device)
         self.super_kernel = None                  # (scope name, options, stream) of the open SuperKernel
         rt.record_event(g.fork, self.launch)
@@ -246,10 +247,3 @@ def _fusable(node, rt, device: int) -> bool:
         return op.split("::")[-1].split(".")[0].rstrip("_") in _FUSABLE_COLLECTIVES
     return True
 
-
-def _device_of(args, rt) -> int:
-    for a in args:
-        device = getattr(a, "device", None)
-        if device is not None and device.type == "npu":
-            return device.index
-    return rt.current_device()

@@ -38,18 +38,27 @@ def _ops(gm, lanes, kinds=None):
         yield node.name, op, [n.name for n in node.all_input_nodes], _meta(node), "main" if lane is None else lane
 
 
-def _txt(gm, name, lanes) -> str:
-    lines = [f'name: "{name}"']
-    for node, op, inputs, outputs, stream in _ops(gm, lanes):
-        lines.append("op {")
-        lines.append(f'  name: "{node}"')
-        lines.append(f'  type: "{op}"')
-        lines += [f'  input: "{i}:0"' for i in inputs]
-        lines.append(f'  attr {{ key: "_user_stream_label" value {{ s: "{stream}" }} }}')
+# the two text forms: (block, op key, input suffix, stream attr, output line) -- GE's graph text and
+# TensorBoard's pbtxt
+_TXT = ("op", "type", ":0", "_user_stream_label", '  output_desc {{ tensor: "{}" }}')
+_PBTXT = ("node", "op", "", "stream", '  attr {{ key: "_output_shapes" value {{ s: "{}" }} }}')
+
+
+def _nodes(gm, lanes, form, kinds=None, head=()) -> str:
+    block, op_key, suffix, stream_key, output_line = form
+    lines = list(head)
+    for node, op, inputs, outputs, stream in _ops(gm, lanes, kinds):
+        lines += [f"{block} {{", f'  name: "{node}"', f'  {op_key}: "{op}"']
+        lines += [f'  input: "{i}{suffix}"' for i in inputs]
+        lines.append(f'  attr {{ key: "{stream_key}" value {{ s: "{stream}" }} }}')
         if outputs:
-            lines.append(f'  output_desc {{ tensor: "{outputs}" }}')
+            lines.append(output_line.format(outputs))
         lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _txt(gm, name, lanes) -> str:
+    return _nodes(gm, lanes, _TXT, head=[f'name: "{name}"'])
 
 
 def _pbtxt(gm, name, lanes) -> str:
@@ -58,17 +67,7 @@ def _pbtxt(gm, name, lanes) -> str:
 
 def pbtxt(gm, lanes, kinds=None) -> str:
     """TensorBoard-style nodes; ``kinds``: placeholder -> op ("Const" for a weight, "Shape" for a size)."""
-    lines = []
-    for node, op, inputs, outputs, stream in _ops(gm, lanes, kinds):
-        lines.append("node {")
-        lines.append(f'  name: "{node}"')
-        lines.append(f'  op: "{op}"')
-        lines += [f'  input: "{i}"' for i in inputs]
-        lines.append(f'  attr {{ key: "stream" value {{ s: "{stream}" }} }}')
-        if outputs:
-            lines.append(f'  attr {{ key: "_output_shapes" value {{ s: "{outputs}" }} }}')
-        lines.append("}")
-    return "\n".join(lines) + "\n"
+    return _nodes(gm, lanes, _PBTXT, kinds)
 
 
 def _py(gm, name, lanes) -> str:

@@ -7,9 +7,12 @@ Intermediate values are dropped after their last use, so the allocator sees the 
 reuses) as a real execution."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.fx.node import map_arg
 
+from ..runtime.backend import device_index
 from ..runtime.runtime import current
 from .fxgraph import node_site
 
@@ -95,6 +98,24 @@ def _dense_kernel(target):
     from torch._higher_order_ops import auto_functionalize
 
     return getattr(auto_functionalize, f"{name}_dense")
+
+
+def device_of(args, rt) -> int:
+    """The device a compiled graph runs on: that of its NPU tensor inputs (Dynamo guards each compiled
+    graph's inputs on their device), else the calling thread's current device.  Its capture, replays,
+    input copies, output clones, pool and streams all live there."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "npu":
+            return a.device.index
+    return device_index()
+
+
+def on_device(device: int, rt):
+    """Make ``device`` the calling thread's current device for a graph's call (a no-op when it is):
+    the streams, events and pools the call makes or uses are that device's."""
+    if device == device_index():
+        return contextlib.nullcontext()
+    return torch.npu.device(device)
 
 
 def record_node(rt):

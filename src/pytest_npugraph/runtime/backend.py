@@ -157,7 +157,8 @@ def _npu_empty(op):
         rt.check_device(index)
         rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
         stream = rt.current_stream(index)
-        pool = stream.capture.pool if stream.capture is not None else None
+        # a capture's pool, else the pool torch.npu.use_mem_pool routes this thread's allocations into
+        pool = stream.capture.pool if stream.capture is not None else getattr(rt.thread(), "mem_pools", {}).get(index)
         nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
         allocator = rt.devices[index].allocator
         if nbytes and not allocator.fits(nbytes, stream.sid, pool):
@@ -171,12 +172,12 @@ def _register_kernels() -> None:
     global _kernels
     if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_copy_from", "PrivateUse1"):
         return
-    from . import tensor
+    from . import transfers
 
     _kernels = torch.library.Library("aten", "IMPL")
     # torch.tensor(data, device="npu") copies with the Python key excluded: the PrivateUse1
     # fallback cannot take NpuTensor arguments then (torch's Python fallback asserts)
-    _kernels.impl("_copy_from", tensor.copy_from_kernel, "PrivateUse1")
+    _kernels.impl("_copy_from", transfers.copy_from_kernel, "PrivateUse1")
     # allocations ask the emulated device first, so an out-of-memory is the NPU's, not the host's
     for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
                      ("empty_strided", torch.ops.aten.empty_strided.default)):
@@ -275,6 +276,10 @@ def install(npu_module) -> None:
 
     if name != NPU:
         br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module, device_guard=NpuDeviceGuard())
+    from . import special_ops, transfers
+
+    transfers.install()         # the dispatch core's op handlers
+    special_ops.install()
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _register_kernels()
@@ -284,14 +289,17 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, serialization
+    from . import autocast, autograd_streams, pinned, serialization, storage
     from .ops import library
 
     library.install()
+    storage.install()
     from . import aliasing, mixed_precision
 
     aliasing.install()
     mixed_precision.install()
     serialization.install()
     autocast.install()
+    autograd_streams.install()
+    pinned.install()
     _installed = True

@@ -12,7 +12,7 @@ read sees are values hardware could give:
   values when they reach the head of the queue (``tensor.py``).
 * Queued work runs whenever it becomes ready (``drain``): a record when it reaches its queue's
   head, a wait when its record ran, a collective when every member stands at the head of its
-  stream (``collectives.py``).
+  stream (``collectives/``).
 * The host blocks (``wait``) only in synchronize, event/stream synchronize, host reads (``.item()``,
   ``.cpu()``, ``nonzero``, ...) and blocking copies.  If the work it waits for can never run (a
   collective a peer never issues, one communicator's collectives in different orders, a wait no

@@ -13,9 +13,12 @@ waiting on an event recorded in it) is *recorded, not executed*:
   event-misuse analysis can check that side streams were joined before the capture ended;
 * the CPU computes during capture (outputs get shapes and values), but memory that existed before
   the capture and was written by it is restored at the end: a real capture executes nothing;
-* likewise the NPU generator (the CPU generator here) is restored at the end: a capture draws no
-  random numbers, and each replay draws from the generator's state at replay time and advances it,
-  as the graph-safe philox state does (seed, capture, replay gives what the eager op gives).
+* likewise the capture device's generator (generators.py) is restored at the end: a capture draws
+  no random numbers, and each replay draws from the generator's state at replay time and advances
+  it, as the graph-safe philox state does (seed, capture, replay gives what the eager op gives);
+  ``get_rng_state``/``set_rng_state`` of that device inside the capture are replay steps too
+  (``rng_get``/``rng_set``), so a state read in the capture and set back later (activation
+  checkpointing's ``preserve_rng_state``) makes every replay draw the same numbers twice.
 
 ``CapturedGraph.replay`` re-runs the steps on the CPU (``out=`` variants where they exist, else
 compute and copy into the static buffer) and appends the task templates to the trace as ``Kernel``
@@ -30,7 +33,7 @@ import weakref
 import torch
 
 from .. import trace as T
-from . import profiles
+from . import generators, profiles
 
 NO_CORES = T.OpCores(kind="AIV", cube=0, vector=0)   # a shadow task holds no cores
 
@@ -100,13 +103,16 @@ class Capture:
         self.first_id = rt.new_block_id()   # blocks with a higher id were allocated by the capture
         self.streams = [stream]
         self.steps: list = []
+        self.rng_slots: dict = {}            # slot -> the generator state a replay read there
         self.tasks: list = []
         self.saved: dict = {}                # storage address -> (storage, copy before the capture)
         self.events: list = []
         self.owner = None                    # the NPUGraph (or aclgraph) capturing
         self.updatable: tuple = ()           # op names whose arguments NPUGraph.update may patch
         self.updated: list = []              # indices of their replay steps
-        self.rng_state = torch.get_rng_state()   # a capture draws no random numbers (see end)
+        self.generator = generators.default_generator(rt, stream.device)
+        self.rng_state = self.generator.get_state()   # a capture draws no random numbers (see end)
+        self.rng_reads: list = []            # (state read in the capture, its slot in a replay)
         stream.capture = self
         rt.marker(T.CaptureBegin, stream, graph=graph, pool=str(pool), site=site)
 
@@ -141,6 +147,25 @@ class Capture:
         self.events.append(event)
         self.rt._record_now(event, stream, site)
 
+    def rng_get(self) -> torch.Tensor:
+        """``get_rng_state`` of the capture device in the capture: the state now, and a replay step
+        that reads the replay's state at this point (into the slot a later ``rng_set`` restores)."""
+        state = self.generator.get_state()
+        slot = len(self.rng_reads)
+        self.rng_reads.append((state, slot))
+        self.steps.append((_read_rng, (self.rng_slots, slot), {}, None))
+        return state.clone()
+
+    def rng_set(self, state: torch.Tensor) -> None:
+        """``set_rng_state`` of the capture device in the capture: set now, and on each replay set to
+        what the replay read where the capture read ``state`` (a state from outside: that state)."""
+        self.generator.set_state(state)
+        slot = next((i for known, i in self.rng_reads if torch.equal(known, state)), None)
+        if slot is None:
+            self.steps.append((_write_rng, (None, state.clone()), {}, None))
+        else:
+            self.steps.append((_write_rng, (self.rng_slots, slot), {}, None))
+
     def mark(self, kind: type, stream, **fields) -> None:
         """A marker that is part of the graph (a SuperKernel scope): recorded now and on each replay."""
         self.rt.marker(kind, stream, **fields)
@@ -160,7 +185,7 @@ class Capture:
         for storage, copy in self.saved.values():
             storage.copy_(copy)
         self.saved.clear()
-        torch.set_rng_state(self.rng_state)
+        self.generator.set_state(self.rng_state)
         for s in self.streams:
             s.capture = None
         for e in self.events:
@@ -180,6 +205,7 @@ class CapturedGraph:
         self.tasks = capture.tasks
         self.streams = capture.streams
         self.runtime = weakref.ref(capture.rt)    # the test (runtime) whose streams and events it uses
+        self.generator = capture.generator        # the capture device's: replays draw from it
         self.replays = 0
 
     def kernels(self) -> list:
@@ -187,15 +213,17 @@ class CapturedGraph:
         return [(t[1].label, t[2]) for t in self.tasks if t[0] == "k"]
 
     def run(self) -> None:
-        """Recompute every captured op on the CPU, in capture order (a valid order of the graph)."""
+        """Recompute every captured op on the CPU, in capture order (a valid order of the graph),
+        drawing random numbers from the capture device's generator."""
         token = replaying_device.set(self.origin.device)
         try:
-            for fn, args, kwargs, dst in self.steps:
-                result = fn(*args, **kwargs)
-                if dst is not None:
-                    for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
-                        if d is not None and d is not r:
-                            d.copy_(r)
+            with generators.drawing(self.generator):
+                for fn, args, kwargs, dst in self.steps:
+                    result = fn(*args, **kwargs)
+                    if dst is not None:
+                        for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
+                            if d is not None and d is not r:
+                                d.copy_(r)
         finally:
             replaying_device.reset(token)
 
@@ -232,6 +260,16 @@ class CapturedGraph:
         self.replays += 1
         rt.executor.submit(stream.sid, len(rt.trace.log), self.run, what=f"replay of {self.graph.label}")
         self.emit(rt, stream, self.graph.replayed(self.replays))
+
+
+def _read_rng(slots: dict, slot: int) -> None:
+    """A replay step: the generator state here (``run`` draws through the CPU default generator)."""
+    slots[slot] = torch.default_generator.get_state()
+
+
+def _write_rng(slots, key) -> None:
+    """A replay step: set the generator to the state slot ``key`` read (``slots`` None: to ``key``)."""
+    torch.default_generator.set_state(key if slots is None else slots[key])
 
 
 # -------------------------------------------------------------------- pools

@@ -39,4 +39,5 @@ def install() -> None:
     from . import tensor
 
     for name in OPS:
-        tensor._SPECIAL.setdefault(name, promoted_product)
+        if name not in tensor._HANDLERS:
+            tensor.register_op_handler(name, promoted_product)

@@ -16,6 +16,8 @@ from typing import Optional
 from .. import trace as T
 from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
 from .._context import CONTEXT
+from torch._C._autograd import _get_sequence_nr as sequence_nr
+
 from .callsite import first_user, user_site
 from .device import Device
 from .executor import DeviceHang, Executor
@@ -37,10 +39,12 @@ class Runtime:
                                  getattr(config, "schedule_seed", 0))   # when device work runs
         self.stream_marks: dict = {}     # sid -> seq of the latest record issued on it
         self.host_known: dict = {}       # sid -> mark the host knows completed
+        self.queried: dict = {}          # ("stream", sid) / ("event", eid) -> (mark asked about, unanswered asks)
         self.freed_ranges: dict = {}     # device -> sorted list of (lo, hi, bid) of freed blocks
         self.graphs: list = []           # graph records (npugraph.graphs)
         self.tagged_events: dict = {}    # torchair tag -> Event
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
+        self.generators: dict = {}       # device -> its default random generator (generators.py)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
         if getattr(config, "rank_skew", None) is not None:      # run_ranks threads' skews (skew.py)
             from . import skew
@@ -78,11 +82,12 @@ class Runtime:
         if info is not None and info.site == T.UNKNOWN_SITE and site != T.UNKNOWN_SITE:
             self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, info.label, site)
 
-    def new_event(self, label: str, *, external=False, enable_timing=False, tag=None) -> EventState:
+    def new_event(self, label: str, *, external=False, enable_timing=False, tag=None, numbered=True) -> EventState:
         """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
-        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing."""
+        the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing.
+        ``numbered=False``: an event the runtime makes for itself (autograd's), which takes no number."""
         state = EventState(next(_ids), label, enable_timing=enable_timing, external=external)
-        if tag is None:
+        if tag is None and numbered:
             thread = self.thread()
             thread.events_made += 1
             rank = "" if thread.rank is None else f" of rank {thread.rank[1]}"
@@ -149,7 +154,15 @@ class Runtime:
         return self.thread().streams.get(d.index, d.default_stream)
 
     def set_current_stream(self, state: StreamState) -> None:
-        self.thread().streams[state.device] = state
+        thread = self.thread()
+        thread.streams[state.device] = state
+        # which stream the autograd nodes this thread records from now on belong to (autograd_streams.py)
+        history = thread.stream_history.setdefault(state.device, [])
+        seq = sequence_nr()
+        if history and history[-1][0] == seq:
+            history[-1] = (seq, state)
+        elif not history or history[-1][1] is not state:
+            history.append((seq, state))
 
     # ------------------------------------------------------------------- recording
     def _append(self, record) -> None:
@@ -273,6 +286,44 @@ class Runtime:
             elif event is not None and event.recorded:
                 self._learn(event.record_stream, event.record_mark)
 
+    QUERY_SPIN_LIMIT = 1000   # identical unanswered queries, nothing else happening: the host is blocked
+
+    def query(self, stream: Optional[StreamState] = None, event: Optional[EventState] = None, site=None) -> bool:
+        """``Stream.query()`` / ``Event.query()``: whether the stream's work (the event's latest record)
+        has run.  Only a True answer tells the host anything (a ``HostSync`` record, as a synchronize).
+        On hardware work is never done the instant it is issued, so the first query about work the host
+        does not already know finished answers False: a query whose answer is ignored orders nothing,
+        while a spin loop (``while not s.query()``) gets True on a later ask, once the work ran here.
+        A spin loop on work that can never run would spin forever on hardware; after
+        ``QUERY_SPIN_LIMIT`` asks with nothing else happening it becomes a host wait (``DeviceHang``)."""
+        if event is not None:
+            if not event.recorded:
+                return True
+            sid, mark, key = event.record_stream, event.record_mark, ("event", event.eid)
+        else:
+            sid, mark, key = stream.sid, self.stream_marks.get(stream.sid, -1), ("stream", stream.sid)
+        if self.host_known.get(sid, -1) >= mark:
+            return True
+        ex = self.executor
+        with self.lock:
+            if not ex.done(sid, mark):
+                ex.drain()                      # the device goes on while the host polls
+            asked, spins, seen = self.queried.get(key, (None, 0, None))
+            moment = (len(self.trace.log), ex.progress)
+            if asked == mark and ex.done(sid, mark):
+                del self.queried[key]
+                done = True
+            else:
+                spins = spins + 1 if asked == mark and seen == moment else 0
+                self.queried[key] = (mark, spins, moment)
+                done = False
+        if done or spins >= self.QUERY_SPIN_LIMIT:
+            self.queried.pop(key, None)
+            self.host_sync("event" if event is not None else "stream", device=self.trace.streams[sid].device,
+                           stream=stream, event=event, site=site or user_site(3))
+            return True
+        return False
+
     def refuse_sync_in_capture(self, what: str, device: int = 0, stream: Optional[StreamState] = None,
                                event: Optional[EventState] = None, call: Optional[str] = None) -> None:
         """Raise the ACL error a real runtime gives when the host synchronises with work being captured
@@ -335,7 +386,7 @@ class Runtime:
         ``run_ranks`` other ranks may release it; work that can never run raises ``DeviceHang``."""
         if until():
             return
-        bound = self.thread().rank
+        bound = self.thread().rank or self.extensions.get("collectives.process")   # (collectives/processes.py)
         if bound is None:
             self.executor.wait(until, None, what)
         else:

@@ -17,6 +17,7 @@ import torch
 
 from .device_index import device_index
 from .runtime import current
+from .tensor import NpuTensor, _is_fake, _launch, block_of_storage, read_to_host, wrap
 
 # the payload storage of a saved/loaded NPU tensor carries its device here (storages keep their
 # Python object, so every view and the serializer's location tagger see the same attribute)
@@ -34,8 +35,6 @@ def _state(t) -> dict:
 def deepcopy(t, memo):
     """``copy.deepcopy`` of an NPU tensor: a copy task into a new block; views of one storage stay
     views of one copied storage (the memo), and ``Parameter``-ness, ``requires_grad`` and ``.grad`` carry over."""
-    from .tensor import _is_fake, _launch, block_of_storage, wrap
-
     if id(t) in memo:
         return memo[id(t)]
     if not t.is_leaf:
@@ -66,8 +65,6 @@ def deepcopy(t, memo):
 
 def reduce(t, proto):
     """``pickle``/``torch.save``: a device-to-host read, then ``rebuild(payload, device, ...)``."""
-    from .tensor import _is_fake, read_to_host
-
     p = t._payload
     if _is_fake(p):
         raise RuntimeError(f"Cannot pickle a tensor without data (a {type(p).__name__} on {t.device}): "
@@ -81,8 +78,6 @@ def reduce(t, proto):
 def rebuild(payload, device_index, requires_grad, state):
     """The loaded tensor: on ``npu:N`` when its storage was loaded to an NPU (no ``map_location``, or
     one naming ``npu``), else the CPU tensor ``map_location`` asked for."""
-    from .tensor import wrap
-
     index = getattr(payload.untyped_storage(), _DEVICE_ATTR, None)
     t = payload if index is None else wrap(payload, index)
     if requires_grad:
@@ -123,6 +118,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    NpuTensor.__deepcopy__ = deepcopy      # here, so the tensor module need not import this one
+    NpuTensor.__reduce_ex__ = reduce
     torch.serialization.register_package(9, _tag, _deserialize)
     torch.serialization.add_safe_globals([rebuild])
     _installed = True

@@ -39,3 +39,4 @@ class ThreadState:
     rank: Optional[tuple] = None                 # (collectives.Job, rank) inside npugraph.run_ranks
     restoring_limits: bool = False               # inside restored_limits(): a limit back at the maximum is none
     events_made: int = 0                         # events this thread made: their labels' numbers
+    stream_history: dict = field(default_factory=dict)   # device -> [(autograd sequence nr, StreamState)]

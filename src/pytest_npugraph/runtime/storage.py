@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from .tensor import NpuTensor, _is_fake
+
 
 class NpuStorage:
     """The storage of an NPU tensor (see the module docstring)."""
@@ -83,8 +85,6 @@ def _faking() -> bool:
 
 
 def untyped_storage(t):
-    from .tensor import _is_fake
-
     if _is_fake(t._payload) or _faking():
         return None
     return NpuStorage(t._block, t._payload.untyped_storage(), t.device)
@@ -186,8 +186,39 @@ class NpuTypedStorage(torch.TypedStorage):
 
 def typed_storage(t):
     """``t.storage()`` / ``t._typed_storage()`` of an NPU tensor (None while faking: torch's own)."""
-    from .tensor import _is_fake
-
     if _is_fake(t._payload) or _faking():
         return None
     return NpuTypedStorage(t._block, t._payload.untyped_storage(), t.dtype, t.device)
+
+
+# ------------------------------------------------------------------ NpuTensor's storage methods
+def _npu_untyped_storage(self):
+    """The block's storage (``NpuStorage``): ``data_ptr()`` is the device address."""
+    found = untyped_storage(self)
+    return torch.Tensor.untyped_storage(self) if found is None else found
+
+
+def _npu_typed_storage(self):
+    """``t.storage()``: ``NpuTypedStorage``, a TypedStorage over the payload's storage whose
+    ``data_ptr()`` is the device address and whose values are read from the device."""
+    found = typed_storage(self)
+    if found is None:
+        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype, _internal=True)
+    return found
+
+
+def _npu_set_(self, *args, **kwargs):
+    """``t.set_(storage, ...)`` also takes what ``untyped_storage()`` returns (``NpuStorage``, which
+    torch's argument parser does not know): its payload storage is the storage set."""
+    if any(isinstance(a, NpuStorage) for a in args) or isinstance(kwargs.get("source"), NpuStorage):
+        args = tuple(a._payload_storage if isinstance(a, NpuStorage) else a for a in args)
+        if isinstance(kwargs.get("source"), NpuStorage):
+            kwargs = dict(kwargs, source=kwargs["source"]._payload_storage)
+    return torch.Tensor.set_(self, *args, **kwargs)
+
+
+def install() -> None:
+    """Give ``NpuTensor`` its storage methods (here, so the tensor module need not import this one)."""
+    NpuTensor.untyped_storage = _npu_untyped_storage
+    NpuTensor._typed_storage = _npu_typed_storage
+    NpuTensor.set_ = _npu_set_

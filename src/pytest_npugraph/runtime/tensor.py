@@ -1,9 +1,12 @@
-"""``NpuTensor``: a tensor whose device is ``npu:N`` and whose data is a CPU payload.
+"""``NpuTensor``: a tensor whose device is ``npu:N`` and whose data is a CPU payload, and the dispatch core.
 
 Every aten or custom op on NPU tensors passes through ``__torch_dispatch__``: it runs the op
 on the CPU payloads and records a task on the current stream of the tensors' device, with
 the simulated bytes it reads and writes (from the op schema's alias information, as
-PyTorch's CUDA sanitizer classifies arguments) and the user's source line.
+PyTorch's CUDA sanitizer classifies arguments) and the user's source line.  Ops that need more
+than that common path (host/device transfers: ``transfers``; host reads, ``set_``,
+``record_stream``, torchair's control ops, users' npu-key kernels: ``special_ops``) register a
+handler (``register_op_handler``); this module imports neither.
 """
 from __future__ import annotations
 
@@ -16,10 +19,9 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, profiles, user_kernels
+from . import cpu_gaps, generators, profiles
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
-from .._context import CONTEXT
 from .runtime import current
 from .device_index import device_index
 
@@ -158,45 +160,6 @@ class NpuTensor(torch.Tensor):
             state["_graph_call"] = value._graph_call
             state["_dev"] = value._dev
 
-    def untyped_storage(self):
-        """The block's storage (``runtime.storage.NpuStorage``): ``data_ptr()`` is the device address."""
-        from . import storage
-
-        found = storage.untyped_storage(self)
-        return torch.Tensor.untyped_storage(self) if found is None else found
-
-    def _typed_storage(self):
-        """``t.storage()``: ``runtime.storage.NpuTypedStorage``, a TypedStorage over the payload's storage
-        whose ``data_ptr()`` is the device address and whose values are read from the device."""
-        from . import storage
-
-        found = storage.typed_storage(self)
-        if found is None:
-            return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self), dtype=self.dtype,
-                                      _internal=True)
-        return found
-
-    def set_(self, *args, **kwargs):
-        """``t.set_(storage, ...)`` also takes what ``untyped_storage()`` returns (``NpuStorage``, which
-        torch's argument parser does not know): its payload storage is the storage set."""
-        from .storage import NpuStorage
-
-        if any(isinstance(a, NpuStorage) for a in args) or isinstance(kwargs.get("source"), NpuStorage):
-            args = tuple(a._payload_storage if isinstance(a, NpuStorage) else a for a in args)
-            if isinstance(kwargs.get("source"), NpuStorage):
-                kwargs = dict(kwargs, source=kwargs["source"]._payload_storage)
-        return torch.Tensor.set_(self, *args, **kwargs)
-
-    def __deepcopy__(self, memo):
-        from . import serialization
-
-        return serialization.deepcopy(self, memo)
-
-    def __reduce_ex__(self, proto):
-        from . import serialization
-
-        return serialization.reduce(self, proto)
-
     @classmethod
     @outside_dynamo
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -282,8 +245,9 @@ def _wrap(payload, device_index, stream, site, fresh) -> NpuTensor:
     if stream is None:
         stream = rt.current_stream(device_index)
     capture = stream.capture
-    block = rt.devices[device_index].allocator.malloc(
-        nbytes, stream.sid, pool=capture.pool if capture is not None else None)
+    # a capture's pool, else the pool torch.npu.use_mem_pool routes this thread's allocations into
+    pool = capture.pool if capture is not None else getattr(rt.thread(), "mem_pools", {}).get(device_index)
+    block = rt.devices[device_index].allocator.malloc(nbytes, stream.sid, pool=pool)
     _remember_block(key, block)
     rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
     t = NpuTensor(payload, device_index, block)
@@ -353,7 +317,7 @@ class _Plan:
         self.metadata_inplace = schema.name in METADATA_INPLACE
         self.args = [(i, a.name, a.kwarg_only, bool(a.alias_info and a.alias_info.is_write))
                      for i, a in enumerate(schema.arguments)]
-        self.special = _SPECIAL.get(schema.name) or _SPECIAL_NAMESPACES.get(schema.name.split("::", 1)[0], _npu_key_or_run)
+        self.special = _handler_of(schema.name)
         # in-place and out= ops return the very tensor object they wrote to
         # (a tensor-list argument such as ``_foreach_add_``'s ``Tensor(a!)[]`` has an empty alias set)
         written = {next(iter(a.alias_info.before_set)): i for i, a in enumerate(schema.arguments)
@@ -567,11 +531,11 @@ def _run(func, plan, args, kwargs, now=False):
     if capture is None and not (plan.metadata_only or plan.metadata_inplace) and rt.executor.deferred(stream.sid):
         if now:
             rt.host_wait(rt.synced("stream", stream=stream), f"the host (reading the result of {plan.name})")
-            kernel, out = _compute(func, uargs, ukwargs)
+            kernel, out = _compute(func, uargs, ukwargs, rt, device)
         else:
-            kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes)
+            kernel, out, deferred = _issue_later(rt, stream, func, uargs, ukwargs, writes, device)
     else:
-        kernel, out = _compute(func, uargs, ukwargs)
+        kernel, out = _compute(func, uargs, ukwargs, rt, device)
     if writes:
         before = [t._block for t in writes]
         for t in writes:
@@ -593,9 +557,13 @@ def _run(func, plan, args, kwargs, now=False):
     return result
 
 
-def _compute(func, uargs, ukwargs):
+def _compute(func, uargs, ukwargs, rt=None, device=None):
     """``(kernel, out)``: run the op on the payloads; a dtype the NPU kernel has and the CPU one
-    lacks is widened (cpu_gaps), and ``kernel`` is what computed it (replays use the same)."""
+    lacks is widened (cpu_gaps), and ``kernel`` is what computed it (replays use the same).  A random
+    op on npu:``device`` draws from that device's generator (generators.py)."""
+    if device is not None and generators.seeded(func):
+        with generators.drawing_on(rt, device):
+            return _compute(func, uargs, ukwargs)
     try:
         return func, func(*uargs, **ukwargs)
     except RuntimeError as error:
@@ -622,19 +590,24 @@ def _restore(saved) -> None:
             storage.copy_(copy)
 
 
-def _issue_later(rt, stream, func, uargs, ukwargs, writes):
+def _issue_later(rt, stream, func, uargs, ukwargs, writes, device):
     """Compute ``func``'s outputs now for their shapes (inputs may not hold their values yet; its
     writes to existing memory are undone) and return them with the step that computes the values
     into them when the stream gets there.  If the early run fails on not-yet-computed inputs, the
     host waits for the stream instead (then the values are right at once)."""
     saved = [(s, s.clone()) for s in {id(t._payload.untyped_storage()): t._payload.untyped_storage()
                                      for t in writes}.values()]
+    # a random op's numbers are the generator's at issue (hardware reserves them then), whenever it runs
+    draws = generators.default_generator(rt, device) if generators.seeded(func) else None
+    state = None if draws is None else draws.get_state()
     try:
-        kernel, out = _compute(func, uargs, ukwargs)
+        kernel, out = _compute(func, uargs, ukwargs, rt, device)
     except Exception:  # noqa: BLE001 - stale inputs (indices, sizes): compute it for real instead
         _restore(saved)
+        if draws is not None:
+            draws.set_state(state)
         rt.host_wait(rt.synced("stream", stream=stream), "the host (an op whose inputs are not computed yet)")
-        return (*_compute(func, uargs, ukwargs), None)
+        return (*_compute(func, uargs, ukwargs, rt, device), None)
     _restore(saved)
     if rt.executor.shuffle is not None:
         _poison(out, uargs, ukwargs)
@@ -643,7 +616,11 @@ def _issue_later(rt, stream, func, uargs, ukwargs, writes):
     fn, a, kw, dst = replay_step(kernel, uargs, ukwargs, out)
 
     def run():
-        result = fn(*a, **kw)
+        if state is None:
+            result = fn(*a, **kw)
+        else:
+            with generators.drawing_from_state(state):
+                result = fn(*a, **kw)
         if dst is not None:
             for d, r in zip(dst, result if isinstance(result, (tuple, list)) else (result,)):
                 if d is not None and d is not r:
@@ -748,417 +725,30 @@ def read_to_host(rt, t: NpuTensor, op: str) -> None:
     rt.host_sync("read", device=t.device.index, stream=stream, site=user_site(3))
 
 
-# ---------------------------------------------------------------- special ops
-def _record_stream(func, plan, args, kwargs):
-    t, stream = args[0], args[1]
-    rt = current()
-    if t._block is None:
-        return None
-    state = rt.stream_by_id(stream.device_index, stream.stream_id)
-    if state.external:
-        from .errors import ErrCode, pta_error
-
-        raise RuntimeError("External NPU stream is not supported in record_stream. This path requires a "
-                           "torch_npu-managed stream." + pta_error(ErrCode.NOT_SUPPORT))
-    if t._block.allocator.runtime is not rt:
-        rt.known_block(t._block)
-    rt.record_stream(t._block, state)
-    return None
-
-
-def _to_copy(func, plan, args, kwargs):
-    src = args[0]
-    target = kwargs.get("device")
-    if target is not None and torch.device(target).type != NPU:
-        rt = current()
-        kw = dict(kwargs)
-        kw.pop("non_blocking", None)
-        if not _is_fake(src._payload):
-            if kwargs.get("non_blocking"):
-                return _copy_to_host_later(rt, plan.name, src, lambda: func(src._payload, **kw))
-            read_to_host(rt, src, plan.name + " (D2H)")
-        return func(src._payload, **kw)
-    if target is not None:
-        index = device_index(target)
-        if index != src._dev and not _is_fake(src._payload):
-            return _to_other_npu(src, index, kwargs)
-        kwargs = dict(kwargs, device=npu_device(index))
-    return _run(func, plan, args, kwargs)
-
-
-def _to_other_npu(src, index: int, kwargs):
-    """``_to_copy`` to another npu (``x.to("npu:1")`` of an npu:0 tensor): a tensor allocated on
-    npu:index, filled by a device-to-device copy (``_copy_between_devices``)."""
-    like = {k: v for k, v in kwargs.items() if k in ("dtype", "layout", "pin_memory", "memory_format")}
-    dst = dispatch(torch.ops.aten.empty_like.default, (src,), dict(like, device=npu_device(index)))
-    func = torch.ops.aten.copy_.default
-    return _copy(func, _plan(func), (dst, src, bool(kwargs.get("non_blocking", False))), {})
-
-
+# ---------------------------------------------------------------- op handlers
 def _plan(func) -> _Plan:
+    """``func``'s plan (for handlers that dispatch another op themselves)."""
     plan = _plans.get(func)
     if plan is None:
         plan = _plans[func] = _Plan(func)
     return plan
 
 
-def _copy_between_devices(func, plan, dst, src, non_blocking):
-    """``dst.copy_(src)`` across npus, ordered as torch orders a copy between two CUDA devices
-    (ATen's Copy.cu): the copy is a task on the source device's current stream, which first waits
-    for the destination device's current stream (nothing else still uses ``dst``), and the
-    destination's stream then waits for the copy (later work there sees its values).  Issued
-    asynchronously in either case, as that copy is."""
-    rt = current()
-    src_stream, dst_stream = rt.current_stream(src._dev), rt.current_stream(dst._dev)
-    site = user_site(3)
-    ready = rt.new_event("copy destination ready")
-    rt.record_event(ready, dst_stream, site)
-    rt.wait_event(ready, src_stream, site)
-    dst_p, src_p = dst._payload, src._payload
-    capture = src_stream.capture
-    if capture is not None:
-        capture.preserve([dst])
-    later = capture is None and rt.executor.deferred(src_stream.sid)
-    if not later:
-        _host_copy(dst_p, src_p)
-    seq = _launch(plan.name + " (D2D)", src._dev, [src], [dst], stream=src_stream,
-                  replay=(func, (dst_p, src_p), {}, dst_p), site=site, rt=rt)
-    if later:
-        rt.executor.submit(src_stream.sid, seq, lambda: _host_copy(dst_p, src_p), what=f"D2D copy at {site}")
-    done = rt.new_event("copy done")
-    rt.record_event(done, src_stream, site)
-    rt.wait_event(done, dst_stream, site)
-    return dst
+_HANDLERS: dict = {}    # "ns::op" / "ns::*" / "*" -> handler(func, plan, args, kwargs), or None: the common path
 
 
-def _copy(func, plan, args, kwargs):
-    dst, src = args[0], args[1]
-    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
-    if isinstance(dst, NpuTensor) and isinstance(src, NpuTensor):
-        if dst._dev != src._dev and not _is_fake(dst._payload) and not _is_fake(src._payload):
-            return _copy_between_devices(func, plan, dst, src, non_blocking)
-        return _run(func, plan, args, kwargs)
-    rt = current()
-    if isinstance(dst, NpuTensor):          # host to device
-        stream = None if _is_fake(dst._payload) else rt.current_stream(dst.device.index)
-        capture = None if stream is None else stream.capture
-        if capture is not None:
-            capture.preserve([dst])
-        later = stream is not None and capture is None and rt.executor.deferred(stream.sid)
-        if later and not non_blocking:       # a blocking copy runs in stream order, the host waiting
-            rt.host_wait(rt.synced("stream", stream=stream), f"the host (blocking copy at {user_site(2)})")
-            later = rt.executor.deferred(stream.sid)
-        payload = dst._payload
-        if not later:
-            _host_copy(payload, src)
-        if stream is not None:
-            seq = _launch(plan.name + " (H2D)", dst.device.index, [], [dst],
-                          replay=(func, (payload, src), {}, payload))
-            if later:                        # the device reads the host memory when it gets there
-                rt.executor.submit(stream.sid, seq, lambda: _host_copy(payload, src),
-                                   what=f"H2D copy at {user_site(2)}")
-            if not non_blocking:
-                rt.host_sync("stream", device=dst.device.index, stream=stream, site=user_site(2))
-            elif capture is None:            # the host must not write the source before it knows the copy done
-                _watch_host(src, rt, stream.sid, seq, "source")
-        return dst
-    if not _is_fake(src._payload):           # device to host
-        if non_blocking:
-            _copy_to_host_later(rt, plan.name, src, lambda: _host_copy(dst, src._payload), fresh=False)
-            return dst
-        read_to_host(rt, src, plan.name + " (D2H)")
-    _host_copy(dst, src._payload)
-    return dst
+def register_op_handler(name: str, handler) -> None:
+    """Route op ``name`` to ``handler(func, plan, args, kwargs)`` instead of the common path (``_run``),
+    as DTensor's op dispatcher takes custom op handlers: ``"aten::copy_"`` (every overload), ``"air::*"``
+    (every op of a namespace), ``"*"`` (any op of a namespace not named); a ``None`` handler keeps the
+    ops on the common path.  The host/device transfers (``transfers``) and the special ops
+    (``special_ops``) register here when ``backend.install`` runs."""
+    _HANDLERS[name] = handler
+    _plans.clear()          # a plan holds the handler in force when it was made
 
 
-def _host_copy(dst, src):
-    """The copy task's own access to host memory: not a host access (``PendingHostTensor`` ignores it)."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return dst.copy_(src)
-
-
-def _copy_to_host_later(rt, name: str, src, copy, fresh: bool = True):
-    """A non_blocking device-to-host copy: a task on the stream; ``copy()`` runs when it does (at
-    once if nothing is queued ahead of it).  Returns what the first ``copy()`` returned; ``fresh``:
-    ``copy()`` makes a new tensor each time, whose values the queued copy puts into the first."""
-    stream = rt.current_stream(src.device.index)
-    seq = _launch(name + " (D2H)", src.device.index, [src], [])
-    result = copy()                           # deferred: shape and dtype now, values when the copy runs
-    if rt.executor.deferred(stream.sid):
-        if rt.executor.shuffle is not None and isinstance(result, torch.Tensor) and result.is_floating_point():
-            with torch._C.DisableTorchFunctionSubclass():
-                result.fill_(float("nan"))    # not copied yet: a host read before a sync sees garbage
-        if fresh:
-            target = result
-            rt.executor.submit(stream.sid, seq, lambda: _host_copy(target, copy()), what=f"D2H copy at {user_site(3)}")
-        else:
-            rt.executor.submit(stream.sid, seq, copy, what=f"D2H copy at {user_site(3)}")
-    if fresh:
-        return _pending_on_host(result, rt, stream.sid, seq)
-    return _watch_host(result, rt, stream.sid, seq, "destination")
-
-
-# the torch calls on a pending copy destination that read no values (metadata, views handled apart)
-_NO_DATA = frozenset({
-    "size", "shape", "dtype", "device", "dim", "ndim", "ndimension", "numel", "nelement", "stride",
-    "is_contiguous", "element_size", "itemsize", "nbytes", "requires_grad", "layout", "is_floating_point",
-    "is_complex", "is_pinned", "data_ptr", "storage_offset", "untyped_storage", "is_cuda", "is_cpu", "is_npu",
-    "is_sparse", "is_quantized", "is_meta", "names", "grad", "grad_fn", "is_leaf", "_base", "__len__",
-    "__hash__", "get_device", "__class__", "__dict__", "__setstate__",
-    "_is_view", "is_shared", "__dlpack_device__", "__torch_function__",
-})
-
-
-# pickling and deep copies of a pending destination make plain tensors (its watch holds the runtime)
-_AS_PLAIN = frozenset({"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__"})
-
-
-class PendingHostTensor(torch.Tensor):
-    """Host memory a ``non_blocking`` copy task still uses: the CPU tensor a device-to-host copy
-    returns (``y.to("cpu", non_blocking=True)``), and, for as long as their copy is pending, the
-    user's own tensors the copy uses (``cpu_t.copy_(npu_t, non_blocking=True)``'s destination,
-    ``npu_t.copy_(cpu_t, non_blocking=True)``'s source, and the tensor those are views of: their
-    class is switched, and switched back once the host knows the copy done).  Each torch call that
-    uses the copied bytes while the host does not know the copy done is recorded as ``HostAccess``
-    (host_races.py reports those the host did not wait for): any use of a destination, writes of a
-    source.  Views stay pending; results of other calls are plain tensors.  Once the host knows the
-    copy done, calls cost one check."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        plain = args
-        if name in _AS_PLAIN and args and isinstance(args[0], PendingHostTensor):
-            plain = (args[0].as_subclass(torch.Tensor),) + tuple(args[1:])   # copies: a plain tensor
-        with torch._C.DisableTorchFunctionSubclass():
-            result = func(*plain, **kwargs)
-        pending = [a for a in args if isinstance(a, PendingHostTensor)]
-        pending += [v for v in kwargs.values() if isinstance(v, PendingHostTensor)]
-        live = [p for p in pending if p._npu_copy is not None and not _copy_known_done(p)]
-        if not live:
-            return result
-        if name in ("__get__", "__set__"):
-            name = getattr(getattr(func, "__self__", None), "__name__", name)
-        if name in _NO_DATA:
-            return result
-        with torch._C.DisableTorchFunctionSubclass():
-            first = live[0]
-            if isinstance(result, torch.Tensor) and not isinstance(result, PendingHostTensor) \
-                    and result.device.type == "cpu" and result.numel() \
-                    and result.untyped_storage().data_ptr() == first.untyped_storage().data_ptr():
-                return _pending_on_host(result, *first._npu_copy)   # a view: pending if it holds copied bytes
-            live = [p for p in live if _overlaps(_accessed(p, name, args), p._npu_copy[4])]
-        out = kwargs.get("out")
-        for p in live:
-            rt, sid, seq, role, _ = p._npu_copy
-            write = p is out or (args and p is args[0] and _writes(name))
-            if role == "source" and not write:
-                continue
-            rt.marker(T.HostAccess, site=user_site(1), copy=seq, access="write" if write else "read", role=role,
-                      op=f"{name}()" if name else str(func))
-            break
-        return result
-
-
-# in-place calls that write their first argument without a trailing-underscore name
-_IN_PLACE = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-                       "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
-                       "__imatmul__", "set_"})
-
-
-def _writes(name: str) -> bool:
-    return name in _IN_PLACE or (name.endswith("_") and not name.startswith("_"))
-
-
-def _extent(t) -> tuple:
-    """The bytes of its storage that tensor ``t`` spans, as ``(lo, hi)``."""
-    item = t.element_size()
-    lo = t.storage_offset() * item
-    if t.numel() == 0:
-        return lo, lo
-    return lo, lo + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 1)) * item
-
-
-def _overlaps(t, extent) -> bool:
-    lo, hi = _extent(t)
-    return lo < extent[1] and extent[0] < hi
-
-
-def _accessed(t, name: str, args):
-    """The part of ``t`` a call uses: the indexed part for ``t[index] = value``, else all of ``t``."""
-    if name == "__setitem__" and len(args) > 1 and args[0] is t:
-        try:
-            part = t[args[1]]
-        except Exception:   # noqa: BLE001 - the call itself already succeeded; be conservative
-            return t
-        if isinstance(part, torch.Tensor) and part.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-            return part
-    return t
-
-
-def _copy_known_done(t) -> bool:
-    """The host knows ``t``'s copy done (or the copy belongs to an earlier test): stop watching ``t``."""
-    rt, sid, seq = t._npu_copy[:3]
-    if rt.generation != CONTEXT.generation or rt.stream_completed(sid, seq):
-        t._npu_copy = None
-        if t.__dict__.get("_npu_switched"):          # the user's own tensor: back to what it was
-            del t._npu_switched
-            t.__class__ = torch.Tensor
-        return True
-    return False
-
-
-def _pending_on_host(result, rt, sid, seq, role="destination", extent=None):
-    """``result`` as a ``PendingHostTensor`` watching copy task ``seq``, which uses the bytes ``extent``
-    of its storage (all of them by default); unchanged if the copy was not recorded or ``result``
-    holds none of those bytes."""
-    if seq is None or not isinstance(result, torch.Tensor) or result.device.type != "cpu":
-        return result
-    if extent is None:
-        extent = _extent(result)
-    elif not _overlaps(result, extent):
-        return result
-    out = torch.Tensor._make_subclass(PendingHostTensor, result, result.requires_grad)
-    out._npu_copy = (rt, sid, seq, role, extent)
-    return out
-
-
-def _watch_host(t, rt, sid, seq, role):
-    """The user's CPU tensor ``t`` (and the tensor it is a view of) is the ``role`` ("source" or
-    "destination") of copy task ``seq``: a ``PendingHostTensor`` until the host knows the copy done.
-    Tensors of other subclasses are left alone.  Returns ``t``."""
-    if seq is None or not isinstance(t, torch.Tensor) or t.device.type != "cpu" or isinstance(t, NpuTensor):
-        return t
-    with torch._C.DisableTorchFunctionSubclass():
-        extent, base = _extent(t), t._base          # a view and its base share the storage's offsets
-    for owner in (t,) if base is None else (t, base):
-        if isinstance(owner, PendingHostTensor) and owner.__dict__.get("_npu_copy") is not None \
-                and not _copy_known_done(owner) and owner._npu_copy[3] == "destination" and role == "source":
-            continue                          # a pending device write of this memory matters more than a read
-        if type(owner) is torch.Tensor:
-            owner.__class__ = PendingHostTensor
-            owner._npu_switched = True
-        if isinstance(owner, PendingHostTensor):
-            owner._npu_copy = (rt, sid, seq, role, extent)
-    return t
-
-
-@outside_dynamo
-def copy_from_kernel(src, dst, non_blocking=False):
-    """``aten::_copy_from`` for the npu backend.  Reached only with the Python key excluded:
-    ``torch.tensor(data, device="npu")`` builds its result that way (``empty`` + ``copy_``)."""
-    func = torch.ops.aten.copy_.default
-    plan = _plans.get(func)
-    if plan is None:
-        plan = _plans[func] = _Plan(func)
-    return _copy(func, plan, (dst, src, non_blocking), {})
-
-
-def _host_read(func, plan, args, kwargs):
-    """Ops whose result (a scalar or a data-dependent shape) the host must wait for (refused while the
-    stream captures a graph: ``Runtime.refuse_sync_in_capture``)."""
-    inputs = [t for v in args for t in _npu_tensors(v)]
-    stream = None
-    if inputs and not _is_fake(inputs[0]._payload):
-        rt = current()
-        device = inputs[0]._dev
-        stream = rt.current_stream(device)
-        rt.refuse_sync_in_capture("read", device, stream, call=plan.name)
-    result = _run(func, plan, args, kwargs, now=True)
-    if stream is not None:
-        rt.host_sync("read", device=device, stream=stream, site=user_site(2))
-    return result
-
-
-def _set(func, plan, args, kwargs):
-    """``aten::set_``: a metadata change (no device task): ``self``'s payload is pointed at the source's
-    storage (the payload storage, from a tensor or a storage), and ``self`` takes the block over it."""
-    t = args[0]
-    if not isinstance(t, NpuTensor) or _is_fake(t._payload):
-        return _run(func, plan, args, kwargs)
-    source = args[1] if len(args) > 1 else kwargs.get("source")
-    if isinstance(source, NpuTensor):
-        _same_device([t, source])
-    elif isinstance(source, torch.Tensor):
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                           f"{t.device} and {source.device}!")
-    func(*_map(_unwrap, tuple(args)), **_map(_unwrap, kwargs))
-    t.data = wrap(t._payload, t._dev)       # the block over the payload's (new) storage
-    return t
-
-
-_MASK_DTYPES = (torch.bool, torch.uint8)
-
-
-def _mask_index(args, kwargs) -> bool:
-    """An index list (``index``, ``index_put(_)``) holding a boolean (or uint8) mask on the device: its
-    count of true values, which the host needs for the result's shape, is a device value (the real
-    kernel calls ``nonzero``)."""
-    if len(args) > 1 and args[1]:
-        for i in args[1]:
-            if isinstance(i, NpuTensor) and i.dtype in _MASK_DTYPES:
-                return True
-    return False
-
-
-def _host_read_if(needs_host):
-    """An op that reads a device value to the host only in some calls (``needs_host(args, kwargs)``)."""
-    def op(func, plan, args, kwargs):
-        if needs_host(args, kwargs):
-            return _host_read(func, plan, args, kwargs)
-        return _run(func, plan, args, kwargs)
-    return op
-
-
-_HOST_KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "BackendSelect")
-
-
-def _host_op(func, plan, args, kwargs):
-    """torchair's control ops (``air::``: scopes, events, record_stream by tag, wait_tensor) act on
-    the host and the runtime, not as device tasks: their kernel runs on the NPU tensors themselves."""
-    for key in _HOST_KERNEL_KEYS:
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-            return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
-    return _run(func, plan, args, kwargs)
-
-
-def _npu_key_or_run(func, plan, args, kwargs):
-    """An op outside aten: a kernel user code registered for the npu key (``user_kernels``) runs with
-    the NPU tensors themselves, as on hardware, so the ops it calls are dispatched, recorded and
-    checked like any others; any other op runs on the payloads (its CPU kernel)."""
-    if user_kernels.has_user_kernel(plan.name):
-        return func._op_dk(_PRIVATEUSE1, *args, **kwargs)
-    return _run(func, plan, args, kwargs)
-
-
-_PRIVATEUSE1 = torch._C.DispatchKey.PrivateUse1
-# namespaces whose ops never have a user's npu-key kernel (None: the common path)
-_SPECIAL_NAMESPACES = {"aten": None, "prims": None, "air": _host_op}
-
-
-_SPECIAL = {
-    "aten::record_stream": _record_stream,
-    "aten::_to_copy": _to_copy,
-    "aten::copy_": _copy,
-    "aten::set_": _set,
-    "aten::_local_scalar_dense": _host_read,
-    "aten::nonzero": _host_read,
-    "aten::masked_select": _host_read,
-    "aten::_unique2": _host_read,
-    "aten::unique_dim": _host_read,
-    "aten::unique_consecutive": _host_read,
-    "aten::equal": _host_read,
-    "aten::is_nonzero": _host_read,
-    # data-dependent output shapes (tests/precision/test_host_syncs.py lists every one)
-    "aten::_unique": _host_read,
-    "aten::bincount": _host_read,
-    "aten::allclose": _host_read,
-    "aten::index": _host_read_if(_mask_index),
-    "aten::index_put": _host_read_if(_mask_index),
-    "aten::index_put_": _host_read_if(_mask_index),
-    "aten::_index_put_impl_": _host_read_if(_mask_index),
-    # repeat_interleave.Tensor(repeats, *, output_size=None): the output's length is sum(repeats)
-    "aten::repeat_interleave": _host_read_if(
-        lambda args, kwargs: len(args) == 1 and isinstance(args[0], NpuTensor) and kwargs.get("output_size") is None),
-}
+def _handler_of(name: str):
+    if name in _HANDLERS:
+        return _HANDLERS[name]
+    namespace = name.split("::", 1)[0] + "::*"
+    return _HANDLERS[namespace] if namespace in _HANDLERS else _HANDLERS.get("*")

@@ -136,49 +136,13 @@ def npu_moe_distribute_combine(expand_x: torch.Tensor, expert_ids: torch.Tensor,
 
 # ----------------------------------------------------------------------------- across ranks
 def _collectives():
+    """The collectives package (its ``mc2`` module holds these ops' cross-rank glue)."""
     from .. import collectives
     return collectives
 
 
-def _inside_ranks() -> bool:
-    return _collectives().binding() is not None
-
-
 def _payload(t):
     return t._payload if hasattr(t, "_payload") else t
-
-
-def _needs_ranks(name: str, world_size: int, size_arg: str = "world_size", group_arg: str = "hcom") -> RuntimeError:
-    return RuntimeError(f"{name}: {size_arg}={world_size} needs {world_size} ranks: run the rank function with "
-                        f"npugraph.run_ranks(fn) and pass the group's HCCL comm name as {group_arg}")
-
-
-def _group(name: str, a: dict, group_arg: str):
-    """``(communicator, this rank's index in it)`` of the HCCL comm name in argument ``group_arg``
-    (``hcom``, ``group_ep``) inside run_ranks."""
-    job, rank = _collectives().binding()
-    comm = job.by_name(a[group_arg])
-    if comm is None:
-        raise RuntimeError(f"{name}: {group_arg}={a[group_arg]!r} is not an HCCL communicator of this rank; get it "
-                           f"with pg._get_backend(torch.device('npu')).get_hccl_comm_name(rank)")
-    return comm, comm.members.index(rank)
-
-
-def _moe_group(name: str, a: dict) -> None:
-    """Check a multi-rank dispatch/combine call (v1 or v2) against its ``group_ep`` communicator."""
-    world = a["ep_world_size"]
-    if not _inside_ranks():
-        raise _needs_ranks(name, world, "ep_world_size", "group_ep")
-    comm, me = _group(name, a, "group_ep")
-    if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
-        raise NotEmulated(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
-                          f"quantised communication are not emulated by pytest-npugraph")
-    if world != len(comm.members) or a["ep_rank_id"] != me:
-        raise RuntimeError(f"{name} on rank {_collectives().binding()[1]}: ep_world_size={world}, "
-                           f"ep_rank_id={a['ep_rank_id']}, but {comm.name!r} has {len(comm.members)} ranks and "
-                           f"this is rank {me} of it")
-    if a["moe_expert_num"] % world:
-        raise RuntimeError(f"{name}: moe_expert_num={a['moe_expert_num']} is not a multiple of ep_world_size={world}")
 
 
 def _single_device(a: dict) -> bool:
@@ -193,7 +157,7 @@ def _dispatch_math(calls):
     ``ep_recv_counts``, so combine can find row ``ep_send_counts[e_local*W + r - 1] + slot``."""
     c10d = _collectives()
     w = len(calls)
-    c10d._agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
+    c10d.c10d_math._agree(calls, "moe_expert_num / quant_mode / global_bs / hidden size / dtype",
                 lambda c: (c.params["moe_expert_num"], c.params["quant_mode"], c.params["global_bs"],
                            c.params["x"].shape[1], c.params["x"].dtype, c.params["expert_ids"].shape[1]))
     first = calls[0].params
@@ -246,7 +210,7 @@ def _combine_math(calls):
     ``out[n] = sum_k expert_scales[n,k] * expand_x_d[ep_send_counts_d[e_local*W + r - 1] +
     expand_idx[n*K+k]]`` with d the owner of expert e (+ shared_expert_x, masked tokens 0)."""
     w = len(calls)
-    _collectives()._agree(calls, "moe_expert_num / hidden size / dtype",
+    _collectives().c10d_math._agree(calls, "moe_expert_num / hidden size / dtype",
                           lambda c: (c.params["moe_expert_num"], c.params["expand_x"].shape[1],
                                      c.params["expand_x"].dtype))
     local = calls[0].params["moe_expert_num"] // w
@@ -280,7 +244,7 @@ def _dispatch_multi(name: str, a: dict):
     (rows past the received ones stay 0), filled by ``_dispatch_math``."""
     if _single_device(a):
         return None
-    _moe_group(name, a)
+    _collectives().mc2.moe_group(name, a)
     world = a["ep_world_size"]
     p = {k: _payload(v) for k, v in a.items()}
     if p["quant_mode"] not in (0, 2):
@@ -314,7 +278,7 @@ def _combine_multi(name: str, a: dict):
     """Multi-rank combine (``OpSpec.mc2``), computed by ``_combine_math``."""
     if _single_device(a):
         return None
-    _moe_group(name, a)
+    _collectives().mc2.moe_group(name, a)
     if a["activation_scale"] is not None or a["weight_scale"] is not None:
         raise NotEmulated(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
     return _combine_issue(name, a)
@@ -495,7 +459,7 @@ def _dispatch_v2_multi(name: str, a: dict):
     """Multi-rank dispatch v2: the v1 exchange (``_dispatch_math``) writing into v2's buffers."""
     if _single_device(a):
         return None
-    _moe_group(name, a)
+    _collectives().mc2.moe_group(name, a)
     world = a["ep_world_size"]
     p = {k: _payload(v) for k, v in a.items()}
     _dispatch_v2_unmodelled(name, p["quant_mode"], p["scales"], p["x"], p["elastic_info"], p["zero_expert_num"],
@@ -515,7 +479,7 @@ def _combine_v2_multi(name: str, a: dict):
     """Multi-rank combine v2: ``_combine_math`` with the slots read off ``assist_info_for_combine``."""
     if _single_device(a):
         return None
-    _moe_group(name, a)
+    _collectives().mc2.moe_group(name, a)
     p = {k: _payload(v) for k, v in a.items()}
     _combine_v2_unmodelled(name, p["elastic_info"], p["ori_x"], p["const_expert_alpha_1"], p["const_expert_alpha_2"],
                            p["const_expert_v"], p["comm_quant_mode"], p["zero_expert_num"], p["copy_expert_num"],
@@ -618,13 +582,13 @@ def _mm_all_reduce_math(calls):
 
 
 def _mm_all_reduce_multi(name: str, a: dict):
-    if not _inside_ranks():
+    if not _collectives().mc2.inside_ranks():
         return None                      # one process without ranks: a communicator of one
     p = {k: _payload(v) for k, v in a.items()}
     _mm_all_reduce_checks(p["reduce_op"], p["comm_quant_scale_1"], p["comm_quant_scale_2"], p["comm_quant_mode"],
                           p["group_sizes"], p["x1_dtype"], p["x2_dtype"], p["dequant_scale_dtype"],
                           p["pertoken_scale_dtype"])
-    _group(name, a, "hcom")
+    _collectives().mc2.group(name, a, "hcom")
     meta = _mm_all_reduce_meta(**{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in p.items()})
     out = torch.zeros(meta.shape, dtype=meta.dtype)
     (result,) = _collectives().mc2_issue(name, a["hcom"], a, {"out": out})
@@ -674,7 +638,7 @@ def npu_all_gather_base_mm(self: torch.Tensor, x2: torch.Tensor, hcom: str, worl
     ``gather_output`` is False)."""
     _agmm_checks(gather_index, comm_turn)
     if world_size > 1:
-        raise _needs_ranks(_AGMM, world_size)
+        raise _collectives().mc2.needs_ranks(_AGMM, world_size)
     y, dtype = _quant_mm(self, x2, bias, x1_scale, x2_scale, output_dtype)
     return y.to(dtype), (self.clone() if gather_output else torch.empty(0, dtype=self.dtype))
 
@@ -708,7 +672,7 @@ def _agmm_math(calls):
 
 
 def _check_world(name: str, a: dict) -> None:
-    comm, me = _group(name, a, "hcom")
+    comm, me = _collectives().mc2.group(name, a, "hcom")
     if a["world_size"] != len(comm.members):
         raise RuntimeError(f"{name}: world_size={a['world_size']}, but {a['hcom']!r} has {len(comm.members)} ranks")
 
@@ -716,8 +680,8 @@ def _check_world(name: str, a: dict) -> None:
 def _agmm_multi(name: str, a: dict):
     if a["world_size"] <= 1:
         return None
-    if not _inside_ranks():
-        raise _needs_ranks(name, a["world_size"])
+    if not _collectives().mc2.inside_ranks():
+        raise _collectives().mc2.needs_ranks(name, a["world_size"])
     _agmm_checks(a["gather_index"], a["comm_turn"])
     _check_world(name, a)
     p = {k: _payload(v) for k, v in a.items()}
@@ -740,7 +704,7 @@ def npu_mm_reduce_scatter_base(self: torch.Tensor, x2: torch.Tensor, hcom: str, 
     rows ``[r*M/W, (r+1)*M/W)`` of the sum (M must divide by W)."""
     _mmrs_checks(reduce_op, comm_turn)
     if world_size > 1:
-        raise _needs_ranks(_MMRS, world_size)
+        raise _collectives().mc2.needs_ranks(_MMRS, world_size)
     y, dtype = _quant_mm(self, x2, bias, x1_scale, x2_scale, output_dtype)
     return y.to(dtype)
 
@@ -775,8 +739,8 @@ def _mmrs_math(calls):
 def _mmrs_multi(name: str, a: dict):
     if a["world_size"] <= 1:
         return None
-    if not _inside_ranks():
-        raise _needs_ranks(name, a["world_size"])
+    if not _collectives().mc2.inside_ranks():
+        raise _collectives().mc2.needs_ranks(name, a["world_size"])
     _mmrs_checks(a["reduce_op"], a["comm_turn"])
     _check_world(name, a)
     rows = a["self"].shape[0]

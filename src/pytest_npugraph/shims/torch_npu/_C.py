@@ -300,8 +300,7 @@ class _NPUStreamBase(torch.Stream):
                                "completion externally.")
         rt = _rt()
         rt.refuse_sync_in_capture("stream", state.device, state, call="query")
-        rt.host_sync("stream", device=state.device, stream=state)
-        return True
+        return rt.query(stream=state)
 
     def synchronize(self) -> None:
         state = self._state
@@ -391,8 +390,8 @@ class _NPUEventBase(torch.Event):
     def query(self) -> bool:
         rt, state = self._live()
         if state.recorded:
-            rt.host_sync("event", device=state.device, event=state)
-        return True
+            rt.refuse_sync_in_capture("event", state.device, event=state)
+        return rt.query(event=state)
 
     def synchronize(self) -> None:
         rt, state = self._live()
@@ -429,3 +428,47 @@ class _NPUEventBase(torch.Event):
     def npu_event(self) -> int:
         _, state = self._live()
         return 0 if state.device is None else 0xE7E0_0000_0000 + state.eid * 0x40
+
+
+# ----------------------------------------------------------------------- graph task groups
+class _NPUTaskGroupHandle:
+    """What ``torch.npu.graph_task_group_end`` returns: names the task group (``.task_group``, the trace
+    position of its end) that ``graph_task_update_begin(stream, handle)`` re-launches with new arguments."""
+
+    def __init__(self, task_group):
+        self.task_group = task_group
+
+    def __repr__(self):
+        return f"<torch_npu._C._NPUTaskGroupHandle task_group={self.task_group}>"
+
+
+# ------------------------------------------------------------------------- tensors
+def _weak_ref_tensor(tensor):
+    """A tensor over ``tensor``'s memory (same storage, sizes, strides and offset) that torch_npu builds
+    without taking a reference to the block.  Here it is a view sharing the block: the emulated block
+    stays alive while the view does (the caching allocator would keep the memory mapped anyway)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"_weak_ref_tensor(): argument 'tensor' must be Tensor, not {type(tensor).__name__}")
+    return tensor.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+
+
+# ---------------------------------------------------------------------------- SoC
+# c10_npu::SocVersion of each emulated chip (torch_npu/csrc/core/npu/NPUVariables.h)
+_SOC_VERSIONS = {
+    "Ascend910B1": 220, "Ascend910B2": 221, "Ascend910B2C": 222, "Ascend910B3": 223, "Ascend910B4": 224,
+    "Ascend910B4-1": 225, "Ascend910_9391": 250, "Ascend910_9392": 251, "Ascend910_9381": 252,
+    "Ascend910_9382": 253, "Ascend910_9372": 254, "Ascend910_9362": 255,
+}
+
+
+def _npu_get_soc_version() -> int:
+    return _SOC_VERSIONS.get(_rt().device().profile.name, -1)
+
+
+def _npu_setOption(option: dict) -> None:
+    """``torch_npu._C._npu_setOption``: runtime switches, kept per test (``npu_config._options``)."""
+    from .npu import npu_config
+
+    if not isinstance(option, dict):
+        raise TypeError(f"_npu_setOption(): argument must be dict, not {type(option).__name__}")
+    npu_config._options().update({str(k): str(v) for k, v in option.items()})

@@ -13,10 +13,11 @@ from pytest_npugraph.runtime import backend as _backend
 
 _backend.install(npu)    # the npu key's kernels, device guard and bare-device resolution
 
-from . import _accelerator  # noqa: E402
+from . import _accelerator, _parallel_comm  # noqa: E402
 from .npu._format import Format, get_npu_format  # noqa: E402,F401
 
 _accelerator.install()
+_parallel_comm.install()     # torch._C._scatter/_gather/_broadcast(_coalesced) for npu tensors (DataParallel)
 
 from .npu.utils import _erase_stream as erase_stream  # noqa: E402
 from . import atb  # noqa: E402,F401  (torch_npu.atb: the ATB ops of _atb_ops.ATB_API_LIST)
@@ -24,6 +25,32 @@ from . import distributed  # noqa: E402,F401  (registers the hccl backend)
 from .utils import _dynamo as _dynamo_patch  # noqa: E402
 
 _dynamo_patch.install()     # streams/events in compiled regions, the "npu" and "npugraph_ex" backends
+
+
+
+class _NpuDType(int):
+    """A torch_npu-only dtype constant (``torch_npu.hifloat8`` ...): the ScalarType number torch_npu ops take in
+    their ``int?`` dtype arguments (these dtypes have no torch.dtype; their tensors are uint8 in torch)."""
+
+    def __new__(cls, value: int, name: str):
+        self = super().__new__(cls, value)
+        self._name = name
+        return self
+
+    def __repr__(self):
+        return f"torch_npu.{self._name}"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (_NpuDType, (int(self), self._name))
+
+
+int4 = _NpuDType(285, "int4")
+hifloat8 = _NpuDType(290, "hifloat8")
+float8_e8m0fnu = _NpuDType(293, "float8_e8m0fnu")
+float4_e2m1fn_x2 = _NpuDType(296, "float4_e2m1fn_x2")
+float4_e1m2fn_x2 = _NpuDType(297, "float4_e1m2fn_x2")
 
 __version__ = "2.14.0"
 version = __version__
@@ -58,11 +85,18 @@ from .npu import _save_tensor  # noqa: E402,F401  (npu::save_npugraph_tensor, to
 _export_torch_ops()
 
 
+_SUBMODULES = ("profiler", "op_plugin", "multiprocessing")
+
+
 def __getattr__(name):
     """Every op of torch_npu's ``npu`` namespace is ``torch_npu.<name>`` (torch_npu exports each name
     of ``torch.ops.npu``), and so are the ATB ops of ``_atb_ops.API_LIST`` (``torch_npu._npu_paged_attention``
     is ``torch.ops.atb._npu_paged_attention``; the others are ``torch_npu.atb.<name>``); ops the emulator
     has no math for raise ``NotImplementedError`` when called."""
+    if name in _SUBMODULES:             # imported by torch_npu's __init__; here on first use
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     from pytest_npugraph.runtime.ops import library as _ops, registry as _registry
 
     top_level = not name.startswith("__") and _registry.atb_exports().get(name, "torch_npu") == "torch_npu"

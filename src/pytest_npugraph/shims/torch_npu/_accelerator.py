@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from pytest_npugraph.runtime.generators import NpuGenerator
 from pytest_npugraph.runtime.outside_dynamo import outside_dynamo
 
-_PINNED = "_npugraph_pinned"     # set on the (preserved) Python object of a pinned copy's storage
 _installed = False
 
 
@@ -26,30 +26,18 @@ class _GeneratorType(type(torch._C.Generator)):
         return issubclass(sub, torch._C.Generator)
 
 
-class Generator(torch._C.Generator, metaclass=_GeneratorType):
+class Generator(NpuGenerator, metaclass=_GeneratorType):
     """``torch.Generator``; for ``device="npu[:N]"`` a generator of the emulated NPU (CPU kernels draw
-    from it, since NPU ops compute on the CPU)."""
+    from it, since NPU ops compute on the CPU: ``runtime.generators.NpuGenerator``)."""
 
     def __new__(cls, device="cpu"):
         d = torch.device(device)
         if d.type != "npu":
             return torch._C.Generator(d)
-        g = super().__new__(cls, "cpu")
-        g._npu_index = torch.npu.current_device() if d.index is None else d.index
-        return g
-
-    @property
-    def device(self):
-        return torch.device("npu", self._npu_index)
+        return super().__new__(cls, torch.npu.current_device() if d.index is None else d.index)
 
     def __reduce__(self):
         return Generator, (self.device,), self.get_state()
-
-    def __setstate__(self, state):
-        self.set_state(state)
-
-    def __repr__(self):
-        return f"<torch._C.Generator object at {id(self):#x} device={self.device}>"
 
 
 Generator.__module__ = "torch"
@@ -57,30 +45,8 @@ Generator.__qualname__ = Generator.__name__ = "Generator"
 
 
 # ---------------------------------------------------------------- pinned memory
-_tensor_pin_memory = torch.Tensor.pin_memory
-_tensor_is_pinned = torch.Tensor.is_pinned
-
-
-def pin_memory(self, device=None):
-    """``Tensor.pin_memory``: a page-locked host copy (marked, so ``is_pinned()`` says True)."""
-    if self.device.type != "cpu" or self.layout != torch.strided:
-        raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
-    if is_pinned(self):
-        return self
-    out = torch.empty(self.shape, dtype=self.dtype)
-    out.copy_(self)
-    setattr(out.untyped_storage(), _PINNED, True)
-    return out
-
-
-def is_pinned(self, device=None) -> bool:
-    if self.device.type != "cpu" or self.layout != torch.strided or self.numel() == 0:
-        return False
-    return bool(getattr(self.untyped_storage(), _PINNED, False))
-
-
-pin_memory.__doc__ = _tensor_pin_memory.__doc__
-is_pinned.__doc__ = _tensor_is_pinned.__doc__
+# (runtime/pinned.py, installed by backend.install: pin_memory=True factories, Tensor.pin_memory/is_pinned)
+from pytest_npugraph.runtime.pinned import is_pinned, pin_memory  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------- accelerator
@@ -198,8 +164,6 @@ def install() -> None:
         return
     _refuse_inductor_on_npu()
     torch.Generator = Generator
-    torch.Tensor.pin_memory = pin_memory
-    torch.Tensor.is_pinned = is_pinned
     torch.accelerator.current_stream = current_stream
     torch.accelerator.set_stream = set_stream
     torch.accelerator.synchronize = synchronize

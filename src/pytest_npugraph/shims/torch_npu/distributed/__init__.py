@@ -18,6 +18,7 @@ import sys
 
 import torch.distributed as dist
 
+from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as _collectives
 
 from . import _process_group
@@ -35,6 +36,8 @@ def _outside_run_ranks(bound) -> None:
     fail at once.  torch would first rendezvous (``env://`` with ``MASTER_ADDR``/``MASTER_PORT`` set waits
     for the other ranks, which never come, until its 30-minute timeout)."""
     if _collectives.binding() is not None:      # a rank thread of npugraph.run_ranks: its own rendezvous
+        return
+    if CONTEXT.child:       # a process a test started: its peers are processes too (runtime/collectives/processes.py)
         return
     backend = bound.arguments.get("backend")
     if backend is not None and not any(name in str(backend).lower() for name in ("hccl", "lccl")):
@@ -77,6 +80,36 @@ def _guard_init_process_group() -> None:
     dist.distributed_c10d.init_process_group = init_process_group
 
 
+def _guard_batch_isend_irecv() -> None:
+    """``batch_isend_irecv`` on an hccl group: HCCL runs a batch's sends and receives as one group, so
+    their order in the list cannot deadlock.  Issued one by one (a task each, on the current stream,
+    paired per direction in issue order), they are issued in one order every rank agrees on: by the
+    pair of ranks, then the direction, then the list's order, which pairs the same sends and receives
+    and never waits in a circle."""
+    original = dist.batch_isend_irecv
+    if getattr(original, "_npugraph", False):
+        return
+
+    @functools.wraps(original)
+    def batch_isend_irecv(p2p_op_list):
+        dist.distributed_c10d._check_p2p_op_list(p2p_op_list)
+        group = p2p_op_list[0].group or dist.distributed_c10d._get_default_group()
+        if not isinstance(group, _process_group.HcclProcessGroup):
+            return original(p2p_op_list)
+        me = group.rank()
+
+        def key(item):
+            index, op = item
+            src, dst = (me, op.group_peer) if op.op is dist.isend else (op.group_peer, me)
+            return (min(src, dst), max(src, dst), src > dst, index)
+        ordered = [op for _, op in sorted(enumerate(p2p_op_list), key=key)]
+        return original(ordered)
+
+    batch_isend_irecv._npugraph = True
+    dist.batch_isend_irecv = batch_isend_irecv
+    dist.distributed_c10d.batch_isend_irecv = batch_isend_irecv
+
+
 def _register() -> None:
     for name in ("hccl", "lccl"):
         if name.upper() not in dist.Backend._plugins:
@@ -88,6 +121,7 @@ def _register() -> None:
         sys.modules.setdefault("torch_npu._C._distributed_c10d", _process_group)
     _collectives.install()
     _guard_init_process_group()
+    _guard_batch_isend_irecv()
 
 
 _register()

@@ -2,7 +2,7 @@
 
 The backend creator returns a ``torch.distributed.ProcessGroup`` subclass whose collectives
 (the methods ``torch.distributed.all_reduce`` & co. call) hand each call to the job of
-``runtime/collectives.py``: recorded on the rank's current stream, matched across ranks by
+``runtime/collectives/``: recorded on the rank's current stream, matched across ranks by
 (communicator, sequence number), computed on the CPU payloads.  It is a ProcessGroup rather
 than a c10d Backend because a Backend cannot be implemented in Python, and because c10d's
 own ops would reach the NPU tensors' Python dispatch with CPU payloads (torch's threaded
@@ -18,10 +18,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
+from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as C
 from pytest_npugraph.runtime import hccl_modes
+from pytest_npugraph.runtime.collectives import processes
 from pytest_npugraph.runtime.runtime import current
-from pytest_npugraph.errors import NotEmulated
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
 KINDS = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
@@ -213,11 +214,25 @@ class HcclProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._run("barrier")
 
-    def _point_to_point(self, *args, **kwargs):
-        raise NotEmulated("point-to-point send/recv (and batch_isend_irecv) are not emulated by "
-                          "pytest-npugraph's hccl backend; use collectives")
+    # -- point-to-point (collectives.Job.point_to_point: HCCL's pairing, per direction, in issue order)
+    def _p2p(self, kind: str, tensors, peer: int):
+        if C.binding() != self._owner:
+            raise RuntimeError(f"{kind}: process group {self._name!r} belongs to rank {self._thread}'s thread; a "
+                               f"rank uses the groups it created")
+        if len(tensors) != 1:
+            raise RuntimeError(f"{kind}: the hccl backend takes one tensor per call, got {len(tensors)}")
+        self._job.point_to_point(self._comm, self._thread, kind, tensors[0], peer)
+        return _done(list(tensors))
 
-    send = recv = recv_anysource = _point_to_point
+    def send(self, tensors, dstRank, tag=0):
+        return self._p2p("send", tensors, dstRank)
+
+    def recv(self, tensors, srcRank, tag=0):
+        return self._p2p("recv", tensors, srcRank)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("ProcessGroupHCCL does not support recv from any source (recv_anysource): HCCL pairs "
+                           "each receive with a send of a named rank; pass src")
 
 
 # ------------------------------------------------------------------------------ creator
@@ -226,15 +241,20 @@ def create(dist_backend_opts, backend_options):
     size, rank = dist_backend_opts.group_size, dist_backend_opts.group_rank
     ranks = list(dist_backend_opts.global_ranks_in_group)
     bound = C.binding()
-    if bound is None:
+    world = not ranks and (bound is None or isinstance(bound[0], processes.ProcessJob))
+    timeout = dist_backend_opts.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
+    if world and size > 1 and CONTEXT.child:      # this process is one rank of a world of processes
+        job = processes.world_job(current(), size, rank, dist_backend_opts.store,
+                                      min(seconds, C.DEFAULT_TIMEOUT))
+        thread = rank
+    elif bound is None or world:
         job, thread = _main_thread_job(size), 0
     else:
         job, thread = bound
         if not ranks:
             _check_world(job, thread, rank, size)
     members = tuple(ranks) if ranks else tuple(range(size))
-    timeout = dist_backend_opts.timeout
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(C.DEFAULT_TIMEOUT)
     options = backend_options if isinstance(backend_options, ProcessGroupHCCL.Options) else ProcessGroupHCCL.Options()
     mode = hccl_modes.communicator_mode(job.runtime.devices[0].profile.name, options.hccl_config)
     comm = job.communicator(thread, str(dist_backend_opts.group_id), members, seconds, mode)

@@ -13,6 +13,10 @@ from torch_npu import _C
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 
 from . import memory, npu_config, streams, utils
+from .memory import (MemPool, NPUPluggableAllocator, change_current_allocator, use_mem_pool, host_memory_stats,
+                     host_memory_stats_as_nested_dict, reset_accumulated_host_memory_stats,
+                     reset_peak_host_memory_stats)
+from ._npugraph_handlers import NpuGraphOpHandler, register_npu_graph_handler
 from .memory import (caching_allocator_alloc, caching_allocator_delete, empty_cache, empty_virt_addr_cache,
                      get_allocator_backend, get_per_process_memory_fraction, host_empty_cache, max_memory_allocated,
                      max_memory_cached, max_memory_reserved, mem_get_info, memory_allocated, memory_cached,
@@ -25,6 +29,8 @@ from .streams import Event, ExternalEvent, ExternalStream, Stream, SyncLaunchStr
 from .utils import (StreamContext, _get_device_index, current_device, current_stream, default_stream,
                     device, device_of, get_cann_version, set_device, set_stream, stream, synchronize)
 from . import amp
+from .random import (get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+                     set_rng_state, set_rng_state_all)
 from ._tensor_types import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
                             HalfTensor, IntTensor, LongTensor, ShortTensor)
 
@@ -35,6 +41,7 @@ __all__ = [
     "StreamContext", "stream", "set_stream", "current_stream", "default_stream", "Stream", "Event",
     "SyncLaunchStream", "ExternalEvent", "ExternalStream",
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+    "get_rng_state_all", "set_rng_state_all",
     "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
     "set_per_process_memory_fraction", "empty_cache", "memory_stats", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_peak_memory_stats", "reset_max_memory_allocated",
@@ -47,6 +54,11 @@ __all__ = [
     "set_autocast_enabled", "set_autocast_dtype",
     "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor", "IntTensor", "LongTensor",
     "ShortTensor", "BFloat16Tensor",
+    "MemPool", "use_mem_pool", "NPUPluggableAllocator", "change_current_allocator", "host_memory_stats",
+    "host_memory_stats_as_nested_dict", "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
+    "NpuGraphOpHandler", "register_npu_graph_handler", "get_soc_version", "set_option", "set_aoe",
+    "set_mm_bmm_format_nd", "get_mm_bmm_format_nd", "get_npu_overflow_flag", "clear_npu_overflow_flag",
+    "get_rng_state_all", "set_rng_state_all", "ipc_collect", "set_op_timeout_ms",
 ]
 
 config = npu_config._npuConfig()
@@ -164,47 +176,6 @@ def can_device_access_peer(device, peer) -> bool:
     return True
 
 
-# NPU ops run on the CPU, so the NPU generator is torch's CPU generator.  Not torch.manual_seed:
-# that calls torch.npu.manual_seed_all (the privateuse1 device module's) right back.
-def _check_seed_during_capture(seed: int) -> None:
-    """The generator of a device in stream capture keeps its seed (NPUGeneratorImpl::set_current_seed)."""
-    if is_current_stream_capturing() and seed != torch.default_generator.initial_seed():
-        raise RuntimeError("NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed "
-                           "is the same as the original seed.")
-
-
-def manual_seed(seed) -> None:
-    seed = int(seed)
-    _check_seed_during_capture(seed)
-    torch.default_generator.manual_seed(seed)
-
-
-manual_seed_all = manual_seed
-
-
-def seed() -> None:
-    torch.default_generator.seed()
-
-
-seed_all = seed
-
-
-def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
-
-
-def get_rng_state(device="npu"):
-    return torch.get_rng_state()
-
-
-def set_rng_state(new_state, device="npu") -> None:
-    if is_current_stream_capturing():
-        probe = torch.Generator()
-        probe.set_state(new_state)
-        _check_seed_during_capture(probe.initial_seed())
-    torch.set_rng_state(new_state)
-
-
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True
 
@@ -237,6 +208,64 @@ def get_sync_debug_mode() -> int:
     return 0
 
 
+def get_soc_version() -> int:
+    """The c10_npu::SocVersion number of the current device's chip (220-225 for Ascend910B, 250-255 for A3)."""
+    _lazy_init()
+    return _C._npu_get_soc_version()
+
+
+def set_option(option) -> None:
+    """Runtime switches (``torch_npu._C._npu_setOption``): kept per test, no effect on CPU math."""
+    if not isinstance(option, dict):
+        raise TypeError("npu option must be a dict." + pta_error(ErrCode.PARAM))
+    _C._npu_setOption(option)
+
+
+def set_aoe(dump_path) -> None:
+    """AOE tuning dumps graphs for offline tuning; nothing is tuned under emulation."""
+    if not isinstance(dump_path, str) or not dump_path:
+        raise RuntimeError("dump_path must be a non-empty str." + pta_error(ErrCode.PARAM))
+    _C._npu_setOption({"autotune": "enable", "autotunegraphdumppath": dump_path})
+
+
+def set_mm_bmm_format_nd(is_nd=True) -> None:
+    _C._npu_setOption({"MM_BMM_ND_ENABLE": "enable" if is_nd else "disable"})
+
+
+def get_mm_bmm_format_nd() -> bool:
+    from .npu_config import _options
+
+    return _options().get("MM_BMM_ND_ENABLE", "enable") == "enable"
+
+
+def get_npu_overflow_flag() -> bool:
+    """The float-overflow status register: CPU math does not saturate, so never set."""
+    return False
+
+
+def clear_npu_overflow_flag() -> None:
+    pass
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for state in new_states:
+        set_rng_state(state)
+
+
+def ipc_collect() -> None:
+    """Frees IPC memory no process uses any more; shared copies are freed with their tensors here."""
+
+
+def set_op_timeout_ms(timeout_ms) -> None:
+    if not isinstance(timeout_ms, int) or timeout_ms < 0:
+        raise ValueError("timeout_ms must be a non-negative int." + pta_error(ErrCode.VALUE))
+    _C._npu_setOption({"OP_TIMEOUT_MS": str(timeout_ms)})
+
+
 def is_current_stream_capturing() -> bool:
     from pytest_npugraph.runtime.runtime import peek
 
@@ -252,6 +281,10 @@ def __getattr__(name):
         from . import graphs
 
         return getattr(graphs, name)
+    if name == "default_generators":
+        from . import random
+
+        return random.default_generators()
     if name == "npugraph_ex":
         import importlib
 

@@ -48,11 +48,6 @@ def _check_stream(stream):
     return stream._state
 
 
-class _NPUTaskGroupHandle:
-    def __init__(self, task_group):
-        self.task_group = task_group
-
-
 def graph_task_group_begin(stream) -> None:
     _rt().marker(T.TaskGroupBegin, _check_stream(stream))
 
@@ -60,7 +55,7 @@ def graph_task_group_begin(stream) -> None:
 def graph_task_group_end(stream):
     state = _check_stream(stream)
     _rt().marker(T.TaskGroupEnd, state)
-    return _NPUTaskGroupHandle(len(_rt().trace))
+    return torch_npu._C._NPUTaskGroupHandle(len(_rt().trace))
 
 
 def graph_task_update_begin(stream, handle) -> None:
@@ -240,14 +235,15 @@ class NPUGraph:
         self._graph = capture.end(aborted=getattr(self, "_aborting", False))
 
     def replay(self):
-        """Run the captured work again, on the current stream."""
+        """Run the captured work again, on the current stream of the device it was captured on (as
+        ``NPUGraph::replay``'s device guard)."""
         if self._graph is None:
             raise RuntimeError("Called NPUGraph::replay without a preceding successful capture.")
         rt = _rt()
         if self._graph.runtime() is not rt:
             raise RuntimeError("pytest-npugraph: this NPUGraph was captured in another test; every test starts with "
                                "a fresh emulated device, so capture the graph in the test that replays it.")
-        self._graph.replay(rt, rt.current_stream())
+        self._graph.replay(rt, rt.current_stream(self._graph.origin.device))   # the capture device's stream
 
     def reset(self):
         """Drop the captured graph (its pool memory is released with the tensors that hold it)."""

@@ -215,3 +215,120 @@ def memory_summary(device=None, abbreviated=False) -> str:
 
 def get_allocator_backend() -> str:
     return "native"
+
+
+# ------------------------------------------------------------------ memory pools and allocators
+class _MemPool:
+    """``torch_npu._C._MemPool``: a pool id ``(0, n)`` from the same counter as ``graph_pool_handle()``."""
+
+    def __init__(self, allocator=None, is_user_created=True, use_on_oom=False, no_split=False):
+        from pytest_npugraph.runtime import graphs as _graphs
+        from pytest_npugraph.runtime.runtime import current
+
+        self._id = _graphs.pool_handle(current())
+        self._allocator = allocator
+        self.use_on_oom, self.no_split = use_on_oom, no_split
+        self._users = 1
+
+    @property
+    def id(self) -> tuple:
+        return self._id
+
+    @property
+    def allocator(self):
+        return self._allocator
+
+    def use_count(self) -> int:
+        return self._users
+
+
+class MemPool(_MemPool):
+    """A memory pool of the caching allocator: allocations made inside ``use_mem_pool(pool)`` by the calling
+    thread come from (and are cached in) this pool, as in torch_npu (``.id``, ``.use_count()``, ``.snapshot()``)."""
+
+    def __init__(self, allocator=None, use_on_oom: bool = False, no_split: bool = False):
+        super().__init__(None if allocator is None else getattr(allocator, "allocator", lambda: allocator)(),
+                         True, use_on_oom, no_split)
+
+    def snapshot(self):
+        return memory_snapshot(self.id)
+
+
+class use_mem_pool:
+    """Route the calling thread's allocations on ``device`` (the current one by default) into ``pool``."""
+
+    def __init__(self, pool: MemPool, device=None):
+        self.pool = pool
+        self.device_index = _get_device_index(device, optional=True)
+
+    def __enter__(self):
+        from pytest_npugraph.runtime.runtime import current
+
+        thread = current().thread()
+        pools = thread.__dict__.setdefault("mem_pools", {})
+        self._previous = pools.get(self.device_index)
+        pools[self.device_index] = self.pool.id
+        self.pool._users += 1
+        return self.pool
+
+    def __exit__(self, *exc):
+        from pytest_npugraph.runtime.runtime import current
+
+        pools = current().thread().__dict__.setdefault("mem_pools", {})
+        if self._previous is None:
+            pools.pop(self.device_index, None)
+        else:
+            pools[self.device_index] = self._previous
+        self.pool._users -= 1
+        return False
+
+
+class _NPUAllocator:
+    def __init__(self, allocator):
+        self._allocator = allocator
+
+    def allocator(self):
+        return self._allocator
+
+
+class NPUPluggableAllocator(_NPUAllocator):
+    """An allocator loaded from a shared library (``so_path`` with ``alloc_fn_name``/``free_fn_name``).
+    The emulated device keeps its own caching allocator: the library is checked for existence and its
+    functions are not called (there is no device memory to hand them)."""
+
+    def __init__(self, path_to_so_file: str, alloc_fn_name: str, free_fn_name: str):
+        import os
+
+        if not os.path.exists(path_to_so_file):
+            raise RuntimeError(f"Cannot find allocator library {path_to_so_file}" + pta_error(ErrCode.NOT_FOUND))
+        self.path, self.alloc_fn_name, self.free_fn_name = path_to_so_file, alloc_fn_name, free_fn_name
+        super().__init__(self)
+
+
+def change_current_allocator(allocator) -> None:
+    """Accepted before the first allocation, as in torch_npu; the emulated caching allocator stays in use."""
+    if not isinstance(allocator, _NPUAllocator):
+        raise TypeError("change_current_allocator() argument must be an NPUPluggableAllocator")
+
+
+def _host_stats() -> dict:
+    from pytest_npugraph.runtime.runtime import current
+
+    return current().extensions.setdefault("host_memory_stats", collections.OrderedDict())
+
+
+def host_memory_stats() -> "collections.OrderedDict":
+    """Statistics of the pinned host allocator (counters are kept by ``runtime.pinned``)."""
+    return collections.OrderedDict(sorted(_host_stats().items()))
+
+
+def host_memory_stats_as_nested_dict() -> dict:
+    return dict(_host_stats())
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    _host_stats().clear()
+
+
+def reset_peak_host_memory_stats() -> None:
+    pass

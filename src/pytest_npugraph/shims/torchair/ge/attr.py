@@ -30,25 +30,20 @@ class _ListAttr(_Attr):
             self._item(v)
 
 
+def _attr_type(name, base, **fields):
+    return type(name, (base,), dict(fields, __module__=__name__))
+
+
 def _scalar(name, kind):
-    return type(name, (_Attr,), {"_kind": kind, "__module__": __name__})
-
-
-Int = _scalar("Int", int)
-Float = _scalar("Float", float)
-Str = _scalar("Str", str)
-Bool = _scalar("Bool", bool)
-DataType = _scalar("DataType", int)
+    return _attr_type(name, _Attr, _kind=kind)
 
 
 def _list(name, item):
-    return type(name, (_ListAttr,), {"_item": item, "__module__": __name__})
+    return _attr_type(name, _ListAttr, _item=item)
 
 
-ListInt = _list("ListInt", Int)
-ListFloat = _list("ListFloat", Float)
-ListStr = _list("ListStr", Str)
-ListBool = _list("ListBool", Bool)
-ListDataType = _list("ListDataType", DataType)
-ListListInt = _list("ListListInt", ListInt)
-ListListFloat = _list("ListListFloat", ListFloat)
+Int, Float, Str, Bool, DataType = (_scalar(name, kind) for name, kind in (
+    ("Int", int), ("Float", float), ("Str", str), ("Bool", bool), ("DataType", int)))
+ListInt, ListFloat, ListStr, ListBool, ListDataType = (_list("List" + item.__name__, item) for item in (
+    Int, Float, Str, Bool, DataType))
+ListListInt, ListListFloat = _list("ListListInt", ListInt), _list("ListListFloat", ListFloat)

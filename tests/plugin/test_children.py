@@ -1,0 +1,87 @@
+"""Processes a test starts emulate its NPU (issue 28): a ``sys.executable`` subprocess or a
+``multiprocessing`` child imports the emulated ``torch_npu`` with the test's chip, devices and cores, its
+trace joins the test's, and the environment that carries this is the test's only.
+
+Why: vLLM inspects models in ``python -m ...`` subprocesses, launchers start one process per rank: under
+the plugin a child that saw no ``torch_npu`` (or a real one, or the default machine) would test nothing.
+"""
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pytest_npugraph import inherit
+
+CHILD = textwrap.dedent("""
+    import torch, torch_npu
+    from pytest_npugraph._context import CONTEXT
+    p = torch.npu.get_device_properties(0)
+    print(torch.npu.device_count(), p.name, p.cube_core_num, p.vector_core_num, CONTEXT.config.cann)
+    side = torch.npu.Stream()
+    x = torch.ones(8).npu()
+    x.mul_(2)                              # the child's main stream writes x
+    with torch.npu.stream(side):
+        y = x + 1                          # its side stream reads x, unordered
+    torch.npu.synchronize()
+""")
+
+
+@pytest.mark.npu_devices(3)
+@pytest.mark.npu_chip("Ascend910B3")
+@pytest.mark.npu_cores(aicore=8, vector=12)
+@pytest.mark.npu_cann("9.0.0")
+def test_a_subprocess_emulates_the_tests_npu_and_its_race_is_the_tests(npugraph, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    with npugraph.expect("race", match=r"child\.py:\d+"):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "Ascend910B3", "8", "12", "9.0.0"]
+
+
+def _forked_child(path):
+    import torch
+    import torch_npu  # noqa: F401
+
+    with open(path, "w") as f:
+        f.write(str((torch.npu.device_count(), (torch.ones(2).npu() * 3).cpu().tolist())))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+@pytest.mark.npu_devices(2)
+def test_a_forked_child_records_into_a_fresh_trace_that_joins_the_tests(npugraph, tmp_path):
+    before = len(npugraph.trace)
+    proc = multiprocessing.get_context("fork").Process(target=_forked_child, args=(str(tmp_path / "out"),))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    assert (tmp_path / "out").read_text() == "(2, [3.0, 3.0])"
+    added = npugraph.trace.records[before:]
+    assert [r.op for r in added if type(r).__name__ == "Kernel" and r.op.startswith("aten::mul")] == ["aten::mul.Tensor"]
+    npugraph.assert_clean()
+
+
+@pytest.mark.npu_no_inherit
+def test_npu_no_inherit_leaves_children_alone(npugraph):
+    assert inherit.ENV not in os.environ
+    done = subprocess.run([sys.executable, "-c", "import torch_npu"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr
+
+
+def test_the_environment_is_the_tests_only(pytester):
+    outer = (os.environ.get(inherit.ENV), os.environ.get("PYTHONPATH"))
+    assert outer[0] and outer[1].split(os.pathsep)[0] == inherit.BOOTSTRAP
+    pytester.makepyfile(textwrap.dedent("""
+        import os
+        def test_inner():
+            assert os.environ["NPUGRAPH_CHILD"] != %r
+            assert '"device_count": 1' in os.environ["NPUGRAPH_CHILD_CONFIG"]
+        def test_after():
+            pass
+    """ % outer[0]))
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
+    assert (os.environ.get(inherit.ENV), os.environ.get("PYTHONPATH")) == outer
+    assert inherit.CONFIG_ENV in os.environ
