@@ -2,7 +2,8 @@
 
 Importing this package imports neither torch nor networkx.
 """
+from .errors import NotEmulated
 from .hazard import KINDS, Hazard, NpuHazardWarning
 
-__all__ = ["Hazard", "KINDS", "NpuHazardWarning"]
+__all__ = ["Hazard", "KINDS", "NotEmulated", "NpuHazardWarning"]
 __version__ = "0.1.0"

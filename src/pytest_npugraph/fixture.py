@@ -1,4 +1,5 @@
-"""The ``npugraph`` fixture object (CONTRACT §4): the test's emulated runtime and checker."""
+"""The ``npugraph`` fixture object (docs/reference.md, "The npugraph fixture"): the test's emulated
+runtime and checker."""
 from __future__ import annotations
 
 import contextlib
@@ -59,6 +60,7 @@ class NpuGraph:
         note naming the rank); collectives that can never complete raise ``CollectiveError``.
         ``processes=True``: each rank is a process of its own, as ``torch.multiprocessing.spawn``
         starts them (``fn`` and ``args`` must pickle); their traces join the test's."""
+        __tracebackhide__ = True
         if not callable(fn):
             raise TypeError(f"npugraph.run_ranks: fn must be a callable taking the rank, got {type(fn).__name__}")
         if processes:
@@ -80,6 +82,7 @@ class NpuGraph:
     @contextlib.contextmanager
     def expect(self, kind: str, match: str = None):
         """Fail unless the block produces a hazard of ``kind`` (message matching ``match``); absorb it."""
+        __tracebackhide__ = True
         if kind not in KINDS:
             raise ValueError(f"npugraph.expect: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")
         from .runtime.executor import DeviceHang
@@ -122,6 +125,7 @@ class NpuGraph:
         """Raise AssertionError if a hazard found so far would fail the test (error severity, not
         allowed by ``npu_allow``, not absorbed by ``expect``), describing every hazard found, warnings
         included.  With ``kinds`` named, any hazard of those kinds fails it, warnings included."""
+        __tracebackhide__ = True      # the failure is the user's line calling assert_clean, not this code
         for kind in kinds:
             if kind not in KINDS:
                 raise ValueError(f"npugraph.assert_clean: unknown hazard kind {kind!r}; kinds: {', '.join(KINDS)}")

@@ -1,4 +1,4 @@
-"""``npugraph.graphs`` entries: one per compiled FX graph run in the test (CONTRACT §4)."""
+"""``npugraph.graphs`` entries: one per compiled FX graph run in the test (docs/reference.md, "The npugraph fixture")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,4 @@
-"""Hazards: what the analyses find, as plain data (CONTRACT §5)."""
+"""Hazards: what the analyses find, as plain data (docs/reference.md, "Hazards")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ class Hazard:
     ops: list = field(default_factory=list)
     seqs: tuple = ()
     severity: str = "error"  # "error" or "warning" (e.g. a reinplace pass vetoed)
+    summary: str = ""        # one line for when the hazard is shown inside another (a deadlock's cause)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -284,8 +284,38 @@ def pytest_runtest_call(item):
             children.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A compile error raised for the user's model shows the user's frames, not Dynamo's, AOTAutograd's
+    and the emulated compiler's (the message names the user's line and the fix)."""
+    if call.excinfo is not None and CONTEXT.emulating:
+        _user_frames_of_compile_error(call.excinfo)
+    return (yield)
+
+
+def _user_frames_of_compile_error(excinfo) -> None:
+    """Drop torch's and the plugin's frames from a ``BackendCompilerFailed`` traceback: the exception
+    gets a traceback of the other frames (pytest re-reads the raw chain, so filtering its entries is
+    not enough)."""
+    if type(excinfo.value).__name__ != "BackendCompilerFailed" or "torch" not in sys.modules:
+        return
+    import os
+    import types
+
+    internal = (os.path.dirname(sys.modules["torch"].__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+    kept = [entry._rawentry for entry in excinfo.traceback if not str(entry.path).startswith(internal)]
+    if not kept or len(kept) == len(excinfo.traceback):
+        return
+    tb = None
+    for raw in reversed(kept):
+        tb = types.TracebackType(tb, raw.tb_frame, raw.tb_lasti, raw.tb_lineno)
+    excinfo.value.__traceback__ = tb
+    excinfo._excinfo = (excinfo.type, excinfo.value, tb)
+    excinfo.traceback = excinfo.traceback.__class__(tb)
+
+
 def _fresh_dynamo() -> None:
-    """CONTRACT §4, fresh compiled-graph caches: forget what Dynamo compiled in this test.  Its caches
+    """Fresh compiled-graph caches in every test (docs/reference.md, "The npugraph fixture"): forget what Dynamo compiled in this test.  Its caches
     are per code object and outlive the test, so the 9th test compiling the same model class would
     otherwise hit the recompile limit (``FailOnRecompileLimitHit`` under ``fullgraph=True``), and the
     compiled graphs would keep the test's tensors and runtime alive."""
@@ -312,7 +342,13 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.fixture
 def npugraph(request):
-    """The emulated NPU runtime and hazard checker of this test (CONTRACT §4)."""
+    """The emulated NPU runtime and hazard checker of this test (fresh per test).
+
+    ``npugraph.expect(kind, match=None)`` (a block must produce that hazard), ``npugraph.assert_clean()``,
+    ``npugraph.hazards``, ``npugraph.run_ranks(fn, *args)`` (one call per emulated device, with
+    ``torch.distributed``), ``npugraph.timeline(path)``, ``npugraph.graphs``, ``npugraph.trace``,
+    ``npugraph.chip`` / ``cube_cores`` / ``vector_cores`` / ``device_count``.
+    Reference: docs/reference.md, section "The npugraph fixture"."""
     if not CONTEXT.emulating:
         pytest.skip("npugraph: NPU emulation is off (--npu-emulate=off, or a real torch_npu is installed "
                     "and --npu-emulate=auto)")

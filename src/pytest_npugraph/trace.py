@@ -115,12 +115,22 @@ class Span:
                                  other.lo, other.run or other.hi - other.lo, other.dims)
 
 
+GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned (GE) streams, outside torch_npu's encodings
+
+
 @_record
 class StreamInfo:
     sid: int
     device: int
     stream_id: int  # torch_npu encoding: 0 default, (3<<5)+i pool, ...
-    label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/capture", "npu:0/tag:'1'"
+    label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/graph_1:main", "npu:0/graph_1:tag '1' (stream-0)"
+    site: Site = UNKNOWN_SITE   # the user's line that made it (an eager torch.npu.Stream()), if one did
+
+    @property
+    def name(self) -> str:
+        """The label with the line that made the stream: ``npu:0/stream-1 (made at test_x.py:12)``
+        (timelines and the HTML report; report texts say the label and list the lines once)."""
+        return self.label if self.site == UNKNOWN_SITE else f"{self.label} (made at {self.site})"
 
 
 @_record

@@ -72,16 +72,16 @@ def test_two_ranks_hazards_are_listed_the_same_whatever_the_interleaving():
         reports.append((listed(found), format_report(found)))
     assert all(report == reports[0] for report in reports[1:])
     hazards, text = reports[0]
-    assert [(kind, streams[0].split("/")[0], where) for kind, _, where, streams, _, _ in hazards] == [
-        ("race", "npu:0", ["model.py:11", "model.py:12"]),          # per device in program order
-        ("race", "npu:0", ["model.py:12", "model.py:14"]),
-        ("race", "npu:1", ["model.py:11", "model.py:12"]),
-        ("race", "npu:1", ["model.py:12", "model.py:14"]),
-        ("missing-record-stream", "npu:0", ["model.py:19", "model.py:20", "model.py:21"]),
-        ("missing-record-stream", "npu:1", ["model.py:19", "model.py:20", "model.py:21"]),
-        ("event-misuse", "npu:0", ["model.py:13"]),
-        ("event-misuse", "npu:1", ["model.py:13"]),
+    # one report per cause: each hazard of the program, on both devices, is one report, the first
+    # device's text with both devices' streams (device by device), in program order
+    assert [(kind, [s.split("/")[0] for s in streams], where) for kind, _, where, streams, _, _ in hazards] == [
+        ("race", ["npu:0", "npu:0", "npu:1", "npu:1"], ["model.py:11", "model.py:12"]),
+        ("race", ["npu:0", "npu:0", "npu:1", "npu:1"], ["model.py:12", "model.py:14"]),
+        ("missing-record-stream", ["npu:0", "npu:0", "npu:1", "npu:1"], ["model.py:19", "model.py:20", "model.py:21"]),
+        ("event-misuse", ["npu:0"], ["model.py:13"]),        # the events differ by name: two reports
+        ("event-misuse", ["npu:1"], ["model.py:13"]),
     ]
+    assert [message.endswith("\n(the same on npu:1)") for _, message, _, _, _, _ in hazards] == [True] * 3 + [False] * 2
     assert text.index("npu:0/side waits at model.py:13") < text.index("npu:1/side waits at model.py:13")
 
 
@@ -93,8 +93,11 @@ def test_each_trace_order_analysis_alone_is_device_by_device():
     assert raw[0].startswith("npu:1/")
     for module in (races, record_stream, events):
         kinds = {h.kind for h in module.find(b.trace)}
-        ordered = [h.streams[0][:5] for h in analyze(b.trace, kinds)]
-        assert ordered == sorted(ordered) and len(set(ordered)) == 2, module.__name__
+        found = analyze(b.trace, kinds)          # device by device; a report of both devices lists npu:0's first
+        per_hazard = [[s[:5] for s in h.streams] for h in found]
+        firsts = [devices[0] for devices in per_hazard]
+        assert firsts == sorted(firsts) and all(d == sorted(d) for d in per_hazard), module.__name__
+        assert {d for devices in per_hazard for d in devices} == {"npu:0", "npu:1"}, module.__name__
 
 
 def test_one_device_keeps_the_analyses_order():

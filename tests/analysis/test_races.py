@@ -338,3 +338,33 @@ def test_record_streamed_overlap_without_reuse_link_is_silent():
     b.alloc("y", stream="main", at=0)  # same bytes, no ``reuses`` (e.g. a merged chunk)
     b.kernel("main", writes="y")
     assert races.conflicts(b.trace) == []
+
+
+def test_one_pair_of_lines_racing_on_memory_that_changed_owner_three_times_is_one_short_report():
+    """A loop reusing one block: the first owner change in full, the other owners by allocation line
+    (the report carried one 'memory that changed owner ... allocated at' clause per reuse)."""
+    b = Build("main", "side")
+    b.alloc("x0", stream="main", line=3)
+    b.kernel("main", reads="x0", line=4)
+    b.free("x0", line=5)
+    previous = "x0"
+    for i, line in zip(range(1, 4), (6, 7, 8)):
+        b.alloc(f"x{i}", stream=None, reuses=previous, line=line)
+        b.kernel("side", writes=f"x{i}", line=9)
+        if i < 3:
+            b.free(f"x{i}", line=10)
+        previous = f"x{i}"
+    hazards = found(b)
+    assert len(hazards) == 1, [h.message for h in hazards]
+    (h,) = hazards
+    assert h.message.count("changed owner") == 1
+    assert "(and on 2 more tensor(s) that took that memory over, allocated at model.py:7, model.py:8)" in h.message
+
+
+def test_a_race_on_one_tensor_names_no_other():
+    b = Build("main", "side")
+    b.alloc("x", stream="main")
+    b.kernel("main", writes="x")
+    b.kernel("side", reads="x")
+    (h,) = found(b)
+    assert "more tensor" not in h.message

@@ -111,12 +111,50 @@ def test_cube_pool_is_checked_too():
 
 
 def test_seed_scenario_oversubscribes_and_its_fix_is_clean():
+    """One cause, one report: the same streams oversubscribing both cards are listed in one hazard."""
     found = kinds(seed().trace, "core-limit")
     assert [h.message.split(": ")[0] for h in found] == [
-        "3 ops on npu:0 may run at the same time and need 88 vector cores together, but the device has 48",
-        "3 ops on npu:1 may run at the same time and need 88 vector cores together, but the device has 48"]
+        "3 ops on npu:0 may run at the same time and need 88 vector cores together, but the device has 48"]
+    (hazard,) = found
+    assert "; the same on npu:1." in hazard.message
+    assert {s.split("/")[0] for s in hazard.streams} == {"npu:0", "npu:1"} and len(hazard.streams) == 6
+    assert hazard.summary == ("3 ops on npu:0, npu:1 may run at the same time and need 88 vector cores together, "
+                              "but the device has 48 (reduce_scatter 16, dispatch_combine 24, nonzero 48)")
     assert cores.find(seed(nonzero_limit=8).trace) == []
     assert kinds(seed(nonzero_limit=9).trace, "core-limit")
+
+
+def test_ops_taking_turns_on_one_stream_are_one_report_naming_each():
+    """MoE dispatch then combine on one stream, each beside the same two ops: one cause, one report."""
+    b = Build(devices=1)
+    rs, ep, nz = (b.stream(name, 0) for name in ("hccl", "moe", "compute"))
+    b.kernel(rs, op="reduce_scatter", vector=16, resident=True)
+    b.kernel(ep, op="dispatch", vector=24, resident=True)
+    b.kernel(ep, op="combine", vector=24, resident=True)
+    b.kernel(nz, op="nonzero", vector=48, resident=True)
+    hazard = one(b.trace, "core-limit")
+    assert re.search(r"also with combine \(.*\): 24 in its stream's place", hazard.message)
+    assert hazard.ops == ["reduce_scatter", "dispatch", "nonzero", "combine"]
+    assert "the same on" not in hazard.message
+
+
+def test_different_streams_oversubscribing_stay_separate_reports():
+    """Two causes on one device (different stream sets, ordered apart by a wait) are two reports; the
+    sets on streams a and c (first beside second, then beside fourth) are one."""
+    b = Build(devices=1)
+    a, c, d = (b.stream(name, 0) for name in ("a", "c", "d"))
+    b.kernel(a, op="first", vector=40, resident=True)
+    b.kernel(c, op="second", vector=40, resident=True)
+    b.record("e", c)
+    b.wait("e", d)
+    b.record("f", a)
+    b.wait("f", d)
+    b.kernel(d, op="third", vector=40, resident=True)
+    b.kernel(c, op="fourth", vector=40, resident=True)
+    found = kinds(b.trace, "core-limit")
+    assert len(found) == 2, [h.message for h in found]
+    assert [sorted(h.streams) for h in found] == [["npu:0/a", "npu:0/c"], ["npu:0/c", "npu:0/d"]]
+    assert [sorted(h.ops) for h in found] == [["first", "fourth", "second"], ["fourth", "third"]]
 
 
 # ------------------------------------------------------------------ limit-ineffective

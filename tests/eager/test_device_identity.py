@@ -1,4 +1,4 @@
-"""NPU tensors look like NPU tensors: devices, factories, moves, modules, views, compile (CONTRACT §1)."""
+"""NPU tensors look like NPU tensors: devices, factories, moves, modules, views, compile (docs/reference.md, "Install and activation")."""
 import pytest
 import torch
 import torch_npu  # noqa: F401

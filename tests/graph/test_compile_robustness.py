@@ -1,6 +1,6 @@
 """torch.compile on ordinary NPU code, with every backend model code uses (Dynamo's eager and
 aot_eager, TorchAir's GE and reduce-overhead modes): device factories inside the region, views of
-NPU tensors as inputs, data-dependent graph breaks, graphs without outputs, custom ops (CONTRACT §1)."""
+NPU tensors as inputs, data-dependent graph breaks, graphs without outputs, custom ops (docs/reference.md, "Install and activation")."""
 import pytest
 import torch
 import torch_npu

@@ -1,4 +1,4 @@
-"""``npugraph.assert_clean()`` fails on what fails the test and lists warnings (CONTRACT §4)."""
+"""``npugraph.assert_clean()`` fails on what fails the test and lists warnings (docs/reference.md, "The npugraph fixture")."""
 import pytest
 import torch
 import torch_npu  # noqa: F401

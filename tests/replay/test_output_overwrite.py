@@ -1,4 +1,4 @@
-"""output-overwrite: a graph call's output read after a later replay wrote over it (CONTRACT §5,
+"""output-overwrite: a graph call's output read after a later replay wrote over it (docs/reference.md "Hazards",
 issue 6; torchair_api.md §4.7-4.8; anchors.md §2.2).  Catches it in reduce-overhead (same key,
 another key of the FX graph, fed to another graph, through a view) and for eager NPU graphs
 (``make_graphed_callables``); silent with output clone, in GE mode, when consumed before the next

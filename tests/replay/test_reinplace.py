@@ -1,4 +1,4 @@
-"""reinplace-conflict: TorchAir's reinplace passes vetoed by multi-stream users (CONTRACT §5, issue 6;
+"""reinplace-conflict: TorchAir's reinplace passes vetoed by multi-stream users (docs/reference.md "Hazards", issue 6;
 torchair_api.md §4.1 steps 7-8, §4.9, §7.12).  A functional op whose mutated tensor has users on
 more than one stream label keeps its copy (warning), in reduce-overhead and in TorchAir's npugraph_ex
 mode alike, even when tagged events order the users; an applied reinplace whose in-place write races

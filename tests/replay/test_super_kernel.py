@@ -1,4 +1,4 @@
-"""super-kernel: SuperKernel scope misuse and early start (CONTRACT §5, issue 6; torchair_api.md §1.3-1.4,
+"""super-kernel: SuperKernel scope misuse and early start (docs/reference.md "Hazards", issue 6; torchair_api.md §1.3-1.4,
 §7.8; torch_npu_api.md §4.3; seed 004).  An op whose profile sets ``set_next_task_start`` calls
 SetNextTaskStart: the next sub-kernel of its SuperKernel may start before it finishes.  Catches the
 next sub-kernel reading or overwriting its output in GE mode (``torchair.scope.super_kernel``), in
@@ -52,6 +52,8 @@ def test_ge_next_sub_kernel_reading_the_early_start_output(npugraph, early_mul):
     assert h.ops == ["aten::mul.Tensor", "aten::add.Tensor"] and h.severity == "error"
     assert "SetNextTaskStart" in h.message and "'decode'" in h.message and "reads" in h.message
     assert "last write" in h.message
+    # the scope is named by its `with` line, not by the first op in it
+    assert f"(opened at tests/replay/test_super_kernel.py:{first + 1})" in h.message
 
 
 def test_ge_next_sub_kernel_overwriting_the_early_start_output(npugraph, early_mul):

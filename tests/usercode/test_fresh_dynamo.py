@@ -1,4 +1,4 @@
-"""CONTRACT §4: fresh compiled-graph caches in every test.
+"""docs/reference.md ("The npugraph fixture"): fresh compiled-graph caches in every test.
 
 Dynamo caches compiled code per code object, across tests; each test's ``get_npu_backend()`` is a new
 backend, so without a reset the 9th test compiling the same model class with ``fullgraph=True`` fails

@@ -1,4 +1,4 @@
-"""CONTRACT §4, fresh state in every test: each test below first checks that it starts on a fresh
+"""docs/reference.md ("The npugraph fixture"), fresh state in every test: each test below first checks that it starts on a fresh
 emulated machine (current device and stream, memory, stream limits, tagged events, the allocator,
 Dynamo's caches, the emulated modules), then leaves that state changed.  Run in file order and in
 reverse order, every test passes both times: nothing one test leaves behind reaches the next."""

@@ -1,6 +1,6 @@
 """Core limits: values out of range, ops that may run at once needing more cores than the
-device has, and limits that do not take effect (CONTRACT §5 ``core-limit``,
-``limit-ineffective``).
+device has, and limits that do not take effect (docs/reference.md, "Hazards":
+``core-limit``, ``limit-ineffective``).
 
 Why: limiting cores is the documented cure for the multi-stream core-occupation hang
 (seed 000), and it only works if "the cores used by the operators that can block each
@@ -138,8 +138,11 @@ def _counted(graph: TaskGraph, t: Task, k: int, resident_only: bool) -> int:
 
 def oversubscribed(graph: TaskGraph) -> list:
     """Per device and pool: sets of resident ops above the pool (errors), then sets that
-    also count limited streams' ops (warnings), each set reported once."""
-    hazards: list = []
+    also count limited streams' ops (warnings).  One report per cause: the sets of one pool
+    and severity on the same streams (by name within their device) are one hazard, listing
+    the other ops and devices (MoE dispatch and combine on one stream, every rank of a
+    ``run_ranks`` test)."""
+    groups: dict = {}
     for device, lanes in graph.device_lanes.items():
         if len(lanes) < 2:
             continue
@@ -154,8 +157,14 @@ def oversubscribed(graph: TaskGraph) -> list:
                     if not resident_only and resident_sum > graph.pools[device][k]:
                         continue  # the resident ops alone break the pool: reported as an error
                     reported.add(key)
-                    hazards.append(_clique_hazard(graph, device, k, clique, resident_only))
-    return hazards
+                    cause = (k, resident_only, frozenset(_local(graph.stream_label(t.lane)) for t in clique))
+                    groups.setdefault(cause, []).append((device, clique))
+    return [_clique_hazard(graph, k, members, resident_only) for (k, resident_only, _), members in groups.items()]
+
+
+def _local(label: str) -> str:
+    """A stream's name within its device: ``stream-1`` of ``npu:0/stream-1``."""
+    return label.partition("/")[2] or label
 
 
 def _cliques(graph: TaskGraph, lanes: list, k: int, resident_only: bool):
@@ -196,8 +205,12 @@ def _cliques(graph: TaskGraph, lanes: list, k: int, resident_only: bool):
                 yield sorted(best[1], key=lambda t: t.tid)
 
 
-def _clique_hazard(graph: TaskGraph, device: int, k: int, clique: list, resident_only: bool) -> Hazard:
-    kind, size = TYPE_NAMES[k], graph.pools[device][k]
+def _clique_hazard(graph: TaskGraph, k: int, members: list, resident_only: bool) -> Hazard:
+    """One report for the sets of ``members`` ((device, clique) pairs with one cause): the first
+    set in full, then the other ops and devices where the same streams break the pool."""
+    kind = TYPE_NAMES[k]
+    device, clique = members[0]
+    size = graph.pools[device][k]
     total = sum(t.need[k] for t in clique)
 
     def part(t: Task) -> str:
@@ -207,9 +220,25 @@ def _clique_hazard(graph: TaskGraph, device: int, k: int, clique: list, resident
             how.append(f"stream limit {limit}")
         return f"{graph.describe(t)}: {t.need[k]} ({', '.join(how)})"
 
+    shown = {(t.rec.op, str(t.rec.site)) for t in clique}
+    others = []
+    for _, other in members[1:]:
+        for t in other:
+            if (t.rec.op, str(t.rec.site)) not in shown:
+                shown.add((t.rec.op, str(t.rec.site)))
+                others.append(f"{t.rec.op} ({t.rec.site}): {t.need[k]}")
+    devices = sorted({d for d, _ in members})
+    also = ""
+    if others:
+        also += "; also with " + ", ".join(others) + " in its stream's place"
+    if len(devices) > 1:
+        also += "; the same on " + ", ".join(f"npu:{d}" for d in devices if d != device)
+    summary = (f"{len(clique)} ops on " + ", ".join(f"npu:{d}" for d in devices)
+               + f" may run at the same time and need {total} {kind} cores together, but the device has {size} ("
+               + ", ".join(f"{t.rec.op} {t.need[k]}" for t in clique) + ")")
     head = (f"{len(clique)} ops on npu:{device} may run at the same time and need {total} "
             f"{kind} cores together, but the device has {size}: "
-            + "; ".join(part(t) for t in clique) + ". Nothing orders them (no event, stream "
+            + "; ".join(part(t) for t in clique) + also + ". Nothing orders them (no event, stream "
             "wait, synchronisation or collective), so their blocks can be dispatched together")
     if resident_only:
         tail = (". Ops that hold their cores until all their blocks are resident (NonZero-like "
@@ -222,12 +251,17 @@ def _clique_hazard(graph: TaskGraph, device: int, k: int, clique: list, resident
                 f"at once together use no more than the device's cores ({LIMIT_RULE}). Fix: "
                 f"lower the limits so they sum to at most {size}, or order the streams with an "
                 f"event.")
+    every = [t for _, c in members for t in c]
     return Hazard(
         "core-limit", head + tail,
-        where=[str(t.rec.site) for t in clique],
-        streams=[graph.stream_label(t.lane) for t in clique],
-        ops=[t.rec.op for t in clique], seqs=tuple(t.rec.seq for t in clique),
-        severity="error" if resident_only else "warning")
+        where=_unique(str(t.rec.site) for t in every),
+        streams=_unique(graph.stream_label(t.lane) for t in every),
+        ops=_unique(t.rec.op for t in every), seqs=tuple(t.rec.seq for t in every),
+        severity="error" if resident_only else "warning", summary=summary)
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
 
 
 # ----------------------------------------------------------------------- ineffective

@@ -1,4 +1,4 @@
-"""Deadlock: streams and devices that can block each other forever (CONTRACT §5, ``deadlock``).
+"""Deadlock: streams and devices that can block each other forever (docs/reference.md, "Hazards": ``deadlock``).
 
 Why: an op whose blocks must all be resident at once (NonZero, AIV-mode collectives, MC2)
 holds the cores it got while it waits for the rest; a collective holds its cores until its

@@ -5,12 +5,25 @@ analysis names things the same way (stream labels, ``path:line``, allocation sit
 """
 from __future__ import annotations
 
-from ..trace import UNKNOWN_SITE
+from ..trace import GRAPH_STREAM_BASE, UNKNOWN_SITE
 
 
 def stream(trace, sid) -> str:
     info = trace.streams.get(sid)
     return info.label if info is not None else f"stream#{sid}"
+
+
+def made_at(trace, hazard) -> str:
+    """The lines that made the eager streams a report names, once per report:
+    ``streams made at: npu:0/stream-0, npu:0/stream-1 at test_x.py:12`` ("" when it names none)."""
+    by_site: dict = {}
+    for info in trace.streams.values():
+        if info.site != UNKNOWN_SITE and info.label in hazard.streams:
+            by_site.setdefault(str(info.site), []).append(info.label)
+    if not by_site:
+        return ""
+    return "streams made at: " + "; ".join(f"{', '.join(sorted(labels))} at {site}"
+                                            for site, labels in sorted(by_site.items()))
 
 
 def stream_key(trace, sid) -> tuple:
@@ -107,8 +120,8 @@ def ge_stream(trace, sid) -> bool:
     """A GE graph's own stream (``npu:0/graph_1:main``, ``npu:0/graph_1:tag '1'``): GE plans that graph's
     memory statically, cross-stream lifetimes included, so the caching allocator's reuse rules (and
     ``record_stream``) do not apply to it."""
-    label = stream(trace, sid)
-    return label.endswith(":main") or ":tag '" in label
+    info = trace.streams.get(sid)
+    return info is not None and info.stream_id >= GRAPH_STREAM_BASE
 
 
 def mode(trace, kernel) -> str:
@@ -125,7 +138,12 @@ def mode(trace, kernel) -> str:
 def stream_expr(trace, sid) -> str:
     """A Python expression for a stream where one exists, else a placeholder naming it."""
     label = stream(trace, sid)
-    return "torch.npu.default_stream()" if label.endswith("/default") else f"<the stream object of {label}>"
+    if label.endswith("/default"):
+        return "torch.npu.default_stream()"
+    info = trace.streams.get(sid)
+    if info is not None and info.site != UNKNOWN_SITE:
+        return f"<the stream made at {info.site}>"
+    return f"<the stream object of {label}>"
 
 
 def order_fix(trace, first, then) -> str:

@@ -50,7 +50,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..hazard import Hazard
-from ..trace import EventRecord, EventWait, Kernel, Reinplace, Span
+from ..trace import UNKNOWN_SITE, EventRecord, EventWait, Kernel, Reinplace, Span
 from . import describe, happens_before
 
 
@@ -389,11 +389,36 @@ def memory(trace, c: Conflict) -> str:
             f"{describe.tensor(trace, new)}{describe.overlap(trace, new, lo, hi, strided)}")
 
 
+def _memories(trace, cs: list) -> str:
+    """Every tensor the two lines race on, in full; memory that changed owner in full once, its other
+    owners by allocation line (a loop reusing one block gave a clause per reuse), so one report stays
+    one screen."""
+    full, reused, seen, changed = [], [], set(), False
+    for o in cs:
+        text = memory(trace, o)
+        if text in seen:
+            continue
+        seen.add(text)
+        if o.earlier_span.block != o.later_span.block:
+            if changed:
+                info = trace.blocks.get(o.later_span.block)
+                reused.append(str(info.site) if info is not None and info.site != UNKNOWN_SITE
+                              else f"block #{o.later_span.block}")
+                continue
+            changed = True
+        full.append(text)
+    what = " and on ".join(full)
+    if reused:
+        what += (f" (and on {len(reused)} more tensor(s) that took that memory over, allocated at "
+                 f"{', '.join(dict.fromkeys(reused))})")
+    return what
+
+
 def _hazard(trace, cs: list) -> Hazard:
     c = cs[0]
     a, x = c.earlier, c.later
     doing = "writing" if c.earlier_writes else "reading"
-    what = " and on ".join(dict.fromkeys(memory(trace, o) for o in cs))
+    what = _memories(trace, cs)
     message = (
         f"race on {what}: {describe.access(trace, x, c.later_writes)}, while "
         f"{describe.stream(trace, a.stream)} may still be {doing} it in {a.op} at {describe.site(a)}; "

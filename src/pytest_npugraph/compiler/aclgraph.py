@@ -189,7 +189,9 @@ class AclConcreteGraph:
         """A stream scope's stream: the user's own stream (native streams), else a new one per label."""
         info = self.user_stream_info.get(label)
         if info is None:
-            return torch.npu.Stream()
+            stream = torch.npu.Stream()
+            current().name_stream(stream._state, f"{self.name}:tag '{label}'")   # as GE names its tag streams
+            return stream
         return torch.npu.Stream(stream_id=info["stream_id"], device_index=info["device_index"],
                                 device_type=info["device_type"])
 

@@ -21,8 +21,9 @@ def graph_outputs(rt, stream, graph: str, key: str, call: int, spans: tuple, sit
     rt.marker(T.GraphOutputs, stream, call=T.GraphCall(graph, key, call), spans=spans, site=site)
 
 
-def super_kernel_begin(rt, stream, scope) -> None:
-    rt.marker(T.SuperKernelBegin, stream, name=scope[0], options=scope[1])
+def super_kernel_begin(rt, stream, scope, site=None) -> None:
+    """``site``: the line of the scope's ``with`` (None: the line running when the scope opened)."""
+    rt.marker(T.SuperKernelBegin, stream, site=site, name=scope[0], options=scope[1])
 
 
 def super_kernel_end(rt, stream, scope) -> None:

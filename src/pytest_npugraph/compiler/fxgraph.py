@@ -3,7 +3,7 @@ node, mutated inputs, and TorchAir's scope-pairing check (``_valid_graph``) with
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ..runtime import callsite
@@ -45,21 +45,27 @@ class Scope:
     vectorcore: Optional[int] = None
     super_kernel: Optional[str] = None  # None outside any (or inside super_kernel(None))
     super_kernel_options: str = ""      # its options ("stream-fusion=1:...")
+    super_kernel_site: Optional[Site] = field(default=None, compare=False)   # the line of its ``with``
 
 
 def _merge(stack) -> Scope:
+    """``stack``: (attributes, enter node) per open scope, outermost first."""
     attrs: dict = {}
-    for frame in stack:
+    opened = None
+    for frame, enter in stack:
         for key, value in frame.items():
             if key == "_super_kernel_scope" and value == "":
                 attrs.pop("_super_kernel_scope", None)
                 attrs.pop("_super_kernel_options", None)
+                opened = None
                 break
+            if key == "_super_kernel_scope":
+                opened = enter
             attrs[key] = value
     core = attrs.get("_op_aicore_num"), attrs.get("_op_vectorcore_num")
     return Scope(attrs.get(STREAM_LABEL), None if core[0] is None else int(core[0]),
                  None if core[1] is None else int(core[1]), attrs.get("_super_kernel_scope"),
-                 attrs.get("_super_kernel_options", ""))
+                 attrs.get("_super_kernel_options", ""), None if opened is None else node_site(opened))
 
 
 def scopes(gm) -> dict:
@@ -69,7 +75,7 @@ def scopes(gm) -> dict:
     for node in gm.graph.nodes:
         name = target_name(node)
         if name == SCOPE_ENTER:
-            stack.append(dict(zip(node.args[0], node.args[1])))
+            stack.append((dict(zip(node.args[0], node.args[1])), node))
             current = _merge(stack)
         elif name == SCOPE_EXIT and stack:
             result[node] = current

@@ -25,11 +25,11 @@ import torch
 
 from ..runtime import profiles
 from ..runtime.runtime import current
+from ..trace import GRAPH_STREAM_BASE
 from . import data_dump, emit, export, fxgraph
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
 
-GRAPH_STREAM_BASE = 1 << 20   # stream ids of compiler-owned streams (outside torch_npu's encodings)
 _SKIPPED = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT}
 _REJECTED = ("air.tagged_event_record", "air.tagged_event_wait", "air.record_tagged_stream",
              "air.tagged_event_record_on_stream", "air.tagged_event_wait_on_stream", "air.tagged_stream_wait_stream")
@@ -53,13 +53,26 @@ def parse_aicore_num(value, device):
             min(int(vector), device.vector_cores) if vector.strip() else None)
 
 
+def _tagged_in_ge_hint(node) -> str:
+    """What TorchAir's error leaves out: the user's line and what to write instead."""
+    site = fxgraph.node_site(node)
+    call = fxgraph.target_name(node).split(".")[1]
+    where = f"{site}" if site is not None else "your model"
+    return (f"\n{where}: torchair.ops.npu_{call} (a tagged event) orders streams in reduce-overhead (aclgraph) "
+            f"mode only; this graph compiles in GE mode (CompilerConfig().mode = \"max-autotune\", the default). "
+            f"Fix: compile with config.mode = \"reduce-overhead\", or in GE mode drop the tagged events: GE "
+            f"orders a stream scope's data inputs itself, and torchair.ops.npu_wait_tensor(consumer_input, "
+            f"producer_output) adds an ordering edge where no data flows.")
+
+
 class GeGraph:
     """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
 
     def __init__(self, gm, settings, name: str):
         for node in gm.graph.nodes:
             if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
-                raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!")
+                raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!"
+                                          + _tagged_in_ge_hint(node))
         self.gm = gm
         self.name = name
         self.aicore_num = settings.aicore_num
@@ -212,7 +225,7 @@ class _GeRunner(Runner):
             emit.super_kernel_end(rt, self.super_kernel[2], self.super_kernel[:2])
             self.super_kernel = None
         if wanted is not None and self.super_kernel is None:
-            emit.super_kernel_begin(rt, stream, wanted)
+            emit.super_kernel_begin(rt, stream, wanted, scope.super_kernel_site)
             self.super_kernel = (*wanted, stream)
 
 

@@ -57,7 +57,7 @@ def chrome_trace(trace: T.Trace, hazards=(), status=None, max_tasks=None) -> dic
     events += _hazard_marks(trace, hazards, slots, status or {})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"hazards": [_hazard_entry(h, status or {}) for h in hazards],
-                          "streams": {str(i.sid): i.label for i in trace.streams.values()},
+                          "streams": {str(i.sid): i.name for i in trace.streams.values()},
                           "truncated": keep is not None}}
 
 
@@ -89,7 +89,7 @@ def _metadata(trace: T.Trace) -> list:
         events.append({"ph": "M", "name": "process_name", "pid": device, "args": {"name": f"npu:{device}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": device, "args": {"sort_index": device}})
     for sid, info in trace.streams.items():
-        events.append({"ph": "M", "name": "thread_name", "pid": info.device, "tid": sid, "args": {"name": info.label}})
+        events.append({"ph": "M", "name": "thread_name", "pid": info.device, "tid": sid, "args": {"name": info.name}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": info.device, "tid": sid,
                        "args": {"sort_index": sid}})
     return events

@@ -66,6 +66,18 @@ def user_site(depth: int = 2) -> Site:
     return first_user(frame)
 
 
+def direct_user_site(depth: int = 2):
+    """The frame ``depth`` above the caller as a ``Site`` if it is user code, else None (the call came
+    from torch or the plugin: a stream the emulated compiler makes is not one the user made)."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    if _display(frame.f_code.co_filename) is None:
+        return None
+    return first_user(frame)
+
+
 def caller_of_compiled(depth: int = 2) -> Site:
     """The user's line that called a ``torch.compile``d function or module, from inside its compiled
     graph: the compiled code runs in the frame of the user's ``forward``, which Dynamo's entry

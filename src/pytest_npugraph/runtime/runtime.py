@@ -62,6 +62,26 @@ class Runtime:
         self.trace.streams[state.sid] = T.StreamInfo(state.sid, device, stream_id, label)
         return state
 
+    def name_stream(self, state: StreamState, name: str) -> None:
+        """Name ``state`` as the user named it, for every report, HTML page and timeline:
+        ``npu:0/graph_1:tag '7' (stream-1)`` for the stream an ``npu_stream_switch("7")`` scope of
+        reduce-overhead graph ``graph_1`` runs on; the pool stream it is stays in parentheses (the
+        same pool stream serves eager code after 32 more streams, as on hardware)."""
+        physical = state.physical_label = state.physical_label or state.label
+        device, _, local = physical.partition("/")
+        state.label = f"{device}/{name} ({local})"
+        info = self.trace.streams.get(state.sid)
+        if info is not None:
+            self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, state.label)
+
+    def stream_made_at(self, state: StreamState, site) -> None:
+        """Remember the user's line that made an eager stream (the first ``torch.npu.Stream()`` of this
+        test that got this pool stream): ``npu:0/stream-1 (made at test_x.py:12)`` in timelines and
+        the HTML report, and a ``made at`` line under a report that names the stream."""
+        info = self.trace.streams.get(state.sid)
+        if info is not None and info.site == T.UNKNOWN_SITE and site != T.UNKNOWN_SITE:
+            self.trace.streams[state.sid] = T.StreamInfo(info.sid, info.device, info.stream_id, info.label, site)
+
     def new_event(self, label: str, *, external=False, enable_timing=False, tag=None, numbered=True) -> EventState:
         """Labels number the events a host thread made in this test ("Event#2", "Event#1 of rank 1"): not
         the process-wide id, which depends on earlier tests and, under ``run_ranks``, on thread timing.

@@ -27,6 +27,7 @@ class StreamState:
     cube_limit: Optional[int] = None    # the stream's own limit; None = inherit the device limit
     vector_limit: Optional[int] = None
     capture: Optional[object] = None    # the graph being captured on this stream
+    physical_label: str = ""            # the pool stream's own label once the user's name replaced it
 
 
 @dataclass(eq=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ...errors import NotEmulated
 from ..tensor import NpuTensor, wrap
 from .c10d_math import MATH
 from .ranks import Call, binding
@@ -68,8 +69,8 @@ def moe_group(name: str, a: dict) -> None:
         raise needs_ranks(name, world, "ep_world_size", "group_ep")
     comm, me = group(name, a, "group_ep")
     if a["tp_world_size"] > 1 or a["shared_expert_rank_num"] or a.get("comm_quant_mode"):
-        raise NotImplementedError(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
-                                  f"quantised communication are not emulated by pytest-npugraph")
+        raise NotEmulated(f"{name}: tensor parallelism (tp_world_size > 1), shared-expert ranks and "
+                          f"quantised communication are not emulated by pytest-npugraph")
     if world != len(comm.members) or a["ep_rank_id"] != me:
         raise RuntimeError(f"{name} on rank {binding()[1]}: ep_world_size={world}, "
                            f"ep_rank_id={a['ep_rank_id']}, but {comm.name!r} has {len(comm.members)} ranks and "

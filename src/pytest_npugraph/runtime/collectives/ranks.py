@@ -13,6 +13,7 @@ from typing import Optional
 
 from ... import trace as T
 from ..._context import CONTEXT
+from ...errors import NotEmulated
 from .. import hccl_modes, profiles
 from ..callsite import user_site
 from ..executor import DeviceHang, Item
@@ -176,7 +177,7 @@ class Job:
                              f"use npu:{rank} (rank r of npugraph.run_ranks drives npu:r)")
         stream = rt.current_stream(device)
         if stream.capture is not None:
-            raise NotImplementedError(
+            raise NotEmulated(
                 f"{call.op}: collectives inside NPU graph capture are not emulated by pytest-npugraph")
         cores = op_cores(call.kernel, rt.devices[device], comm.mode)
         if call.kernel.startswith("hccl::"):

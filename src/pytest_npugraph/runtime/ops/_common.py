@@ -10,13 +10,15 @@ cast back at the end; integer matmuls accumulate exactly in float64.  Where a me
 the real wheel raises a ``torch._check`` failure, the same message head is raised here as a
 ``RuntimeError`` (the ``[ERROR] ... ERR01003 OPS ...`` suffix the product appends is left out, as
 with ``TORCH_NPU_COMPACT_ERROR_OUTPUT=1``).  Features the emulator does not model raise
-``NotImplementedError`` (a ``RuntimeError``) naming the op and the feature.
+``pytest_npugraph.NotEmulated`` (a ``NotImplementedError``) naming the op and the feature.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
+
+from ...errors import NotEmulated
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -58,7 +60,7 @@ def _check(cond: bool, message) -> None:
 
 
 def _unsupported(op: str, feature: str):
-    return NotImplementedError(
+    return NotEmulated(
         f"{op}: {feature} is not supported by the pytest-npugraph CPU reference; supply an "
         f"implementation through the pytest_npugraph_register_ops hook")
 

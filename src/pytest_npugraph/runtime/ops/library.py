@@ -26,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ...errors import NotEmulated
 from ..._context import CONTEXT
 from . import factory
 
@@ -257,7 +258,7 @@ def _tags(qualified: str) -> tuple:
 
 
 # ------------------------------------------------------------------------ ops without math
-def missing_error(spec) -> NotImplementedError:
+def missing_error(spec) -> NotEmulated:
     """What calling (or tracing) an op without CPU math raises: the op, its schema, and the
     ``pytest_npugraph_register_ops`` snippet that supplies it."""
     from .registry import atb_exports
@@ -274,7 +275,7 @@ def missing_error(spec) -> NotImplementedError:
     fn = name.replace(".", "_")
     profile = {k: v for k, v in (spec.cores or {"kind": "AIV", "vector": "all"}).items()
                if ((v is False) if k == "limit_applies" else v)}
-    return NotImplementedError(
+    return NotEmulated(
         f"torch.ops.{spec.namespace}.{name} ({atb_exports().get(spec.base, 'torch_npu')}.{spec.base}) has no CPU "
         f"implementation in pytest-npugraph: the emulator knows its schema, not its math.\n"
         f"Schema: {spec.namespace}::{spec.schema}\n"

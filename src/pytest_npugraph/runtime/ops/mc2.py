@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from ...errors import NotEmulated
 from ._common import _check, _dtype_of, _pertoken_int8, _scale_values, _unsupported
 from .quant import _per_k
 from .spec import OpSpec, mc2
@@ -247,7 +248,7 @@ def _dispatch_multi(name: str, a: dict):
     world = a["ep_world_size"]
     p = {k: _payload(v) for k, v in a.items()}
     if p["quant_mode"] not in (0, 2):
-        raise NotImplementedError(f"{name}: quant_mode={p['quant_mode']} is not emulated")
+        raise NotEmulated(f"{name}: quant_mode={p['quant_mode']} is not emulated")
     n, h = p["x"].shape
     k = p["expert_ids"].shape[1]
     local = p["moe_expert_num"] // world
@@ -279,7 +280,7 @@ def _combine_multi(name: str, a: dict):
         return None
     _collectives().mc2.moe_group(name, a)
     if a["activation_scale"] is not None or a["weight_scale"] is not None:
-        raise NotImplementedError(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
+        raise NotEmulated(f"{name}: quantised combine (activation_scale / weight_scale) is not emulated")
     return _combine_issue(name, a)
 
 

@@ -1,5 +1,6 @@
 """Emulated ``torch_npu.distributed``: the ``"hccl"`` backend of ``torch.distributed`` across the
-emulated NPUs of a test (CONTRACT §2, §4 ``npugraph.run_ranks``).
+emulated NPUs of a test (docs/reference.md, "The emulated surface" and "The npugraph fixture":
+``npugraph.run_ranks``).
 
 Importing it (``import torch_npu`` does) registers ``hccl`` as torch_npu does, first, so it
 is the default backend of the ``npu`` device, then ``lccl`` the same way; adds

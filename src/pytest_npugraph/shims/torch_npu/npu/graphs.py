@@ -19,6 +19,7 @@ from pytest_npugraph.runtime.callsite import user_site
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.runtime import current as _rt
 from pytest_npugraph.runtime.tensor import NpuTensor, span
+from pytest_npugraph.errors import NotEmulated
 from . import _save_tensor  # noqa: F401  (npu::save_npugraph_tensor / print_npugraph_tensor)
 
 __all__ = ["is_current_stream_capturing", "graph_pool_handle", "graph_task_group_begin", "graph_task_group_end",
@@ -356,8 +357,8 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unu
             raise RuntimeError("In the beta API, sample_args for each callable must contain only Tensors. Other "
                                "types are not allowed.")
         if any(a.requires_grad for a in args):
-            raise NotImplementedError("pytest-npugraph emulates make_graphed_callables for inference only "
-                                      "(sample_args requiring grad need the backward graphs).")
+            raise NotEmulated("pytest-npugraph emulates make_graphed_callables for inference only "
+                              "(sample_args requiring grad need the backward graphs).")
     mempool = graph_pool_handle() if pool is None else pool
     side = torch.npu.Stream()
     side.wait_stream(torch.npu.current_stream())

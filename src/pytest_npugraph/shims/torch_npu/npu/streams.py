@@ -7,7 +7,9 @@ import torch
 
 import torch_npu
 from torch_npu import _C
+from pytest_npugraph.runtime import callsite
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
+from pytest_npugraph.runtime.runtime import current
 
 
 class Stream(_C._NPUStreamBase):
@@ -15,7 +17,12 @@ class Stream(_C._NPUStreamBase):
 
     def __new__(cls, device=None, priority=0, **kwargs):
         with torch_npu.npu.device(device):
-            return super().__new__(cls, priority=priority, **kwargs)
+            stream = super().__new__(cls, priority=priority, **kwargs)
+        if not kwargs:             # a new stream, made by the user's own line: reports name it by that line
+            site = callsite.direct_user_site(2)
+            if site is not None:
+                current().stream_made_at(stream._state, site)
+        return stream
 
     def wait_event(self, event) -> None:
         event.wait(self)

@@ -1,11 +1,13 @@
 """The GE graph builder's public types (mirrors ``torchair/ge/_ge_graph.py``): ``DataType``, ``Format``,
 ``Tensor``/``TensorSpec``.  The emulator runs a compiled graph's ops with their torch kernels and never
-builds a GE graph, so the builder functions (what GE converters call) raise ``NotImplementedError``
-saying so: a custom op runs in the emulator through the kernel registered with ``torch.library``
+builds a GE graph, so the builder functions (what GE converters call) raise
+``pytest_npugraph.NotEmulated`` (a ``NotImplementedError``) saying so: a custom op runs in the emulator through the kernel registered with ``torch.library``
 (PrivateUse1/CPU), and its converter (``register_fx_node_ge_converter``) is kept but not called."""
 from __future__ import annotations
 
 from enum import Enum
+
+from pytest_npugraph.errors import NotEmulated
 
 _NOT_BUILT = ("pytest-npugraph does not build GE graphs: GE converters are not run (each op of a compiled graph "
               "runs its torch kernel; register a CPU or PrivateUse1 kernel for a custom op with torch.library), "
@@ -13,7 +15,7 @@ _NOT_BUILT = ("pytest-npugraph does not build GE graphs: GE converters are not r
 
 
 def not_built(name: str):
-    return NotImplementedError(_NOT_BUILT.format(name=name))
+    return NotEmulated(_NOT_BUILT.format(name=name))
 
 
 class Format(Enum):

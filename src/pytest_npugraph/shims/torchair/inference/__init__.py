@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from torchair.configs.compiler_config import CompilerConfig
+from pytest_npugraph.errors import NotEmulated
 
 __all__ = ["cache_compile", "readable_cache", "set_dim_gears"]
 
@@ -63,7 +64,7 @@ def _compiled(func, backend, dynamic: bool):
 
 
 def readable_cache(cache_bin, print_output=True, file=None):
-    raise NotImplementedError("pytest-npugraph does not emulate torchair's compile cache files")
+    raise NotEmulated("pytest-npugraph does not emulate torchair's compile cache files")
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: Dict[int, List[int]]):
