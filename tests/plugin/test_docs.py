@@ -58,7 +58,7 @@ def test_the_reference_names_every_option_marker_and_hazard_kind():
 
     options = set(re.findall(r'addoption\("(--npu-[a-z-]+)"', plugin))
     assert options and all(f"`{o}" in reference for o in options), options
-    assert all(f"{marker}(" in reference for marker in MARKERS)
+    assert all(f"@pytest.mark.{marker}" in reference for marker in MARKERS)
     assert all(f"`{kind}`" in reference for kind in KINDS)
     for hook in ("pytest_npugraph_op_profile", "pytest_npugraph_register_ops", "pytest_npugraph_hazard"):
         assert hook in reference
