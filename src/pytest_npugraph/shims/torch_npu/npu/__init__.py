@@ -247,15 +247,6 @@ def clear_npu_overflow_flag() -> None:
     pass
 
 
-def get_rng_state_all() -> list:
-    return [get_rng_state(i) for i in range(device_count())]
-
-
-def set_rng_state_all(new_states) -> None:
-    for state in new_states:
-        set_rng_state(state)
-
-
 def ipc_collect() -> None:
     """Frees IPC memory no process uses any more; shared copies are freed with their tensors here."""
 

@@ -258,6 +258,8 @@ class use_mem_pool:
     """Route the calling thread's allocations on ``device`` (the current one by default) into ``pool``."""
 
     def __init__(self, pool: MemPool, device=None):
+        if not isinstance(pool, MemPool):
+            raise TypeError(f"use_mem_pool(): pool must be a torch.npu.MemPool, got {type(pool).__name__}")
         self.pool = pool
         self.device_index = _get_device_index(device, optional=True)
 

@@ -66,6 +66,9 @@ def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device]
 
 
 def set_rng_state_all(new_states) -> None:
+    if not isinstance(new_states, (list, tuple)):
+        raise TypeError(f"set_rng_state_all(): new_states must be a list of ByteTensors (one per device), "
+                        f"got {type(new_states).__name__}")
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
 
