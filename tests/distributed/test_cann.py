@@ -32,12 +32,18 @@ def inputs(rank):
     return grads, x, ids, scales, mask
 
 
-def seed_rank(rank, nonzero_limit=None):
-    """Seed 000 with its core figures as stream limits: TP 16, EP 24, NonZero unlimited (or the fix)."""
+def copied_inputs(rank):
+    """``inputs(rank)`` copied to the rank's device with ``.npu()``."""
+    return tuple(t.npu() for t in inputs(rank))
+
+
+def seed_rank(rank, nonzero_limit=None, device_inputs=copied_inputs):
+    """Seed 000 with its core figures as stream limits: TP 16, EP 24, NonZero unlimited (or the fix).
+    ``device_inputs(rank)`` puts ``inputs(rank)`` on the device once the communicators exist."""
     dist.init_process_group("hccl", rank=rank, world_size=2)
     tp, ep = dist.new_group([0, 1]), dist.new_group([0, 1])
     group_ep = ep._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
-    grads, x, ids, scales, mask = (t.npu() for t in inputs(rank))
+    grads, x, ids, scales, mask = device_inputs(rank)
     main = torch.npu.current_stream()
     tp_stream, ep_stream, nz_stream = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
     torch.npu.set_stream_limit(tp_stream, vector_num=16)
