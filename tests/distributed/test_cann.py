@@ -17,62 +17,15 @@ from pytest_npugraph import cann
 from pytest_npugraph.runtime import hccl_modes
 from pytest_npugraph.trace import Kernel
 
+from .test_seed import check_results, copied_inputs, seed_rank as seed_rank_with
+
 pytestmark = [pytest.mark.npu_devices(2), pytest.mark.npu_chip("Ascend910B1"),
               pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning")]
-TOKENS, HIDDEN, EXPERTS = 4, 8, 4
-
-
-def inputs(rank):
-    g = torch.Generator().manual_seed(rank)
-    grads = torch.arange(8.0) * (rank + 1)
-    x = torch.randn(TOKENS, HIDDEN, generator=g)
-    ids = torch.tensor([[(n + rank) % EXPERTS, (n + rank + 1) % EXPERTS] for n in range(TOKENS)], dtype=torch.int32)
-    scales = torch.rand(TOKENS, 2, generator=g)
-    mask = torch.arange(12) % 3 == rank
-    return grads, x, ids, scales, mask
-
-
-def copied_inputs(rank):
-    """``inputs(rank)`` copied to the rank's device with ``.npu()``."""
-    return tuple(t.npu() for t in inputs(rank))
 
 
 def seed_rank(rank, nonzero_limit=None, device_inputs=copied_inputs):
-    """Seed 000 with its core figures as stream limits: TP 16, EP 24, NonZero unlimited (or the fix).
-    ``device_inputs(rank)`` puts ``inputs(rank)`` on the device once the communicators exist."""
-    dist.init_process_group("hccl", rank=rank, world_size=2)
-    tp, ep = dist.new_group([0, 1]), dist.new_group([0, 1])
-    group_ep = ep._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
-    grads, x, ids, scales, mask = device_inputs(rank)
-    main = torch.npu.current_stream()
-    tp_stream, ep_stream, nz_stream = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
-    torch.npu.set_stream_limit(tp_stream, vector_num=16)
-    torch.npu.set_stream_limit(ep_stream, vector_num=24)
-    if nonzero_limit:
-        torch.npu.set_stream_limit(nz_stream, vector_num=nonzero_limit)
-    for s in (tp_stream, ep_stream, nz_stream):
-        s.wait_stream(main)
-    with torch.npu.stream(tp_stream):
-        shard = torch.empty(4, device="npu")
-        dist.reduce_scatter_tensor(shard, grads, group=tp)
-    with torch.npu.stream(ep_stream):
-        expand_x, _, expand_idx, _, recv_counts, _, _ = torch_npu.npu_moe_distribute_dispatch(
-            x, ids, group_ep, 2, rank, EXPERTS, expert_scales=scales)
-        moe = torch_npu.npu_moe_distribute_combine(expand_x, ids, expand_idx, recv_counts, scales, group_ep, 2,
-                                                   rank, EXPERTS)
-    with torch.npu.stream(nz_stream):
-        picked = torch.nonzero(mask)
-    for s in (tp_stream, ep_stream, nz_stream):
-        main.wait_stream(s)
-    return shard.cpu(), moe.cpu(), picked.cpu()
-
-
-def check_results(results):
-    for rank, (shard, moe, picked) in enumerate(results):
-        torch.testing.assert_close(shard, (torch.arange(8.0) * 3)[4 * rank:4 * rank + 4])
-        _, x, _, scales, mask = inputs(rank)
-        torch.testing.assert_close(moe, x * scales.sum(1, keepdim=True))
-        assert picked.flatten().tolist() == torch.nonzero(mask).flatten().tolist()
+    """Seed 000 with its core figures as stream limits: TP 16, EP 24, NonZero unlimited (or the fix)."""
+    return seed_rank_with(rank, nonzero_limit, (16, 24), device_inputs)
 
 
 def core_use(npugraph):

@@ -30,13 +30,25 @@ def inputs(rank):
     return grads, x, ids, scales, mask
 
 
-def seed_rank(rank, nonzero_limit=None):
+def copied_inputs(rank):
+    """``inputs(rank)`` copied to the rank's device with ``.npu()``."""
+    return tuple(t.npu() for t in inputs(rank))
+
+
+def seed_rank(rank, nonzero_limit=None, stream_limits=(None, None), device_inputs=copied_inputs):
+    """Seed 000 on one rank: a reduce-scatter (TP), MoE dispatch/combine (EP) and a NonZero on three
+    streams.  ``stream_limits`` are the vector limits of the TP and EP streams (none: the op profiles
+    decide), ``nonzero_limit`` the NonZero stream's (the seed's fix); ``device_inputs(rank)`` puts
+    ``inputs(rank)`` on the device once the communicators exist."""
     dist.init_process_group("hccl", rank=rank, world_size=2)
     tp, ep = dist.new_group([0, 1]), dist.new_group([0, 1])
     group_ep = ep._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
-    grads, x, ids, scales, mask = (t.npu() for t in inputs(rank))
+    grads, x, ids, scales, mask = device_inputs(rank)
     main = torch.npu.current_stream()
     rs_stream, moe_stream, nz_stream = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
+    for stream, limit in zip((rs_stream, moe_stream), stream_limits):
+        if limit:
+            torch.npu.set_stream_limit(stream, vector_num=limit)
     if nonzero_limit:
         torch.npu.set_stream_limit(nz_stream, vector_num=nonzero_limit)
     for s in (rs_stream, moe_stream, nz_stream):

@@ -11,7 +11,8 @@ measured this scenario failing in 6 of 11 runs with a false "every rank is block
 import pytest
 import torch
 
-from .test_cann import check_results, inputs, seed_rank as seed_rank_from
+from .test_cann import check_results, seed_rank as seed_rank_from
+from .test_seed import inputs
 
 pytestmark = [pytest.mark.npu_devices(2), pytest.mark.npu_chip("Ascend910B1"),
               pytest.mark.filterwarnings("ignore:.*is deprecated. Please use:FutureWarning")]
