@@ -116,10 +116,7 @@ class ProcessJob(C.Job):
     # -- communicators
     def communicator(self, rank: int, torch_name: str, members: tuple, timeout: float,
                      mode: str = "HOST") -> C.Communicator:
-        key = (rank, torch_name)
-        n = self.incarnations.get(key, 0)
-        self.incarnations[key] = n + 1
-        name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
+        name = self.comm_name(rank, torch_name)
         comm = self.comms.get(name)
         if comm is None:
             me = tuple(members).index(rank)

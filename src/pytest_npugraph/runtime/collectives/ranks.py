@@ -111,15 +111,20 @@ class Job:
         self.events = 0                     # rendezvous activity, for the stall clock
 
     # -- communicators
+    def comm_name(self, rank: int, torch_name: str) -> str:
+        """The name of the communicator rank ``rank`` creates for group ``torch_name`` now: the n-th
+        creation of a group (re-initialisation) is ``.n``, a later job of the test adds its label."""
+        key = (rank, torch_name)
+        n = self.incarnations.get(key, 0)
+        self.incarnations[key] = n + 1
+        return f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
+
     def communicator(self, rank: int, torch_name: str, members: tuple, timeout: float,
                      mode: str = "HOST") -> Communicator:
         """The communicator of group ``torch_name`` as rank ``rank`` creates it (collectively:
         every member creates its groups in the same order, so the n-th creation matches)."""
         with self.cond:
-            key = (rank, torch_name)
-            n = self.incarnations.get(key, 0)
-            self.incarnations[key] = n + 1
-            name = f"hccl/{torch_name}" + (f".{n}" if n else "") + self.label
+            name = self.comm_name(rank, torch_name)
             comm = self.comms.get(name)
             if comm is None:
                 comm = self.comms[name] = Communicator(name, torch_name, tuple(members), timeout, mode,
