@@ -59,14 +59,19 @@ def _split(y: torch.Tensor, batch_split_factor) -> torch.Tensor:
     return y.reshape(m, s, -1).permute(1, 0, 2).contiguous()
 
 
-def npu_transpose_batchmatmul(input, weight, *, bias=None, scale=None, perm_x1=None, perm_x2=None, perm_y=None,
-                              batch_split_factor=1):
-    perm_x1, perm_x2, perm_y = _perm_checks(perm_x1, perm_x2, perm_y)
+def _float_operands(input, weight, bias) -> None:
+    """TransposeBatchMatMul's operand checks (the math and the meta kernel ask the same)."""
     _check(input.dtype in _FLOATS, lambda: "input's type supported for float16, float32 and bfloat16, but now is "
                                            f"{input.dtype}")
     _check(weight.dtype in _FLOATS, lambda: "weight's type supported for float16, float32 and bfloat16, but now is "
                                             f"{weight.dtype}")
     _check(bias is None, "The bias is not supported in TransposeBatchMatMul")
+
+
+def npu_transpose_batchmatmul(input, weight, *, bias=None, scale=None, perm_x1=None, perm_x2=None, perm_y=None,
+                              batch_split_factor=1):
+    perm_x1, perm_x2, perm_y = _perm_checks(perm_x1, perm_x2, perm_y)
+    _float_operands(input, weight, bias)
     a, b = _operands("npu_transpose_batchmatmul", input, weight, perm_x1, perm_x2)
     y = torch.bmm(a.float(), b.float()).permute(perm_y)            # [M, B, N] float32
     if scale is not None:
@@ -83,11 +88,7 @@ def npu_transpose_batchmatmul(input, weight, *, bias=None, scale=None, perm_x1=N
 def _transpose_batchmatmul_meta(input, weight, *, bias=None, scale=None, perm_x1=None, perm_x2=None, perm_y=None,
                                 batch_split_factor=1):
     perm_x1, perm_x2, _ = _perm_checks(perm_x1, perm_x2, perm_y)
-    _check(input.dtype in _FLOATS, lambda: "input's type supported for float16, float32 and bfloat16, but now is "
-                                           f"{input.dtype}")
-    _check(weight.dtype in _FLOATS, lambda: "weight's type supported for float16, float32 and bfloat16, but now is "
-                                            f"{weight.dtype}")
-    _check(bias is None, "The bias is not supported in TransposeBatchMatMul")
+    _float_operands(input, weight, bias)
     m, batch, n = input.size(perm_x1.index(1)), input.size(perm_x1.index(0)), weight.size(perm_x2.index(2))
     dims, dtype = (m, batch, n), input.dtype
     if scale is not None:
