@@ -156,13 +156,7 @@ def _npu_empty(op):
         rt = current()
         rt.check_device(index)
         rt.devices[index].initialized = True     # an allocation, even one that fails, lazily initialises
-        stream = rt.current_stream(index)
-        # a capture's pool, else the pool torch.npu.use_mem_pool routes this thread's allocations into
-        pool = stream.capture.pool if stream.capture is not None else getattr(rt.thread(), "mem_pools", {}).get(index)
-        nbytes = _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype"))
-        allocator = rt.devices[index].allocator
-        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
-            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
+        rt.check_allocation(index, _empty_nbytes(args[0], args[1] if strided else None, kwargs.get("dtype")))
         return wrap(op(*args, **dict(kwargs, device=torch.device("cpu"))), index)
     return outside_dynamo(kernel)
 

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import sys
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from .. import trace as T
 from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
@@ -45,6 +45,7 @@ class Runtime:
         self.tagged_events: dict = {}    # torchair tag -> Event
         self.extensions: dict = {}       # per-test state owned by shims (torchair registries, ...)
         self.generators: dict = {}       # device -> its default random generator (generators.py)
+        self.routed_pools = 0            # use_mem_pool blocks open in any thread (route_pool)
         self.devices = [Device(i, config.chip, self) for i in range(config.device_count)]
         if getattr(config, "rank_skew", None) is not None:      # run_ranks threads' skews (skew.py)
             from . import skew
@@ -104,6 +105,37 @@ class Runtime:
         except AttributeError:
             state = self._threads.state = ThreadState()
             return state
+
+    def allocation_pool(self, stream: StreamState, device: int):
+        """The pool a new block on ``stream`` comes from: the capture's, else the pool
+        ``torch.npu.use_mem_pool`` routes this thread's allocations on ``device`` into, else the
+        device's own (None).  Every op allocates: with no routing open it is one attribute test."""
+        capture = stream.capture
+        if capture is not None:
+            return capture.pool
+        return self.thread().mem_pools.get(device) if self.routed_pools else None
+
+    def route_pool(self, device: int, pool) -> Any:
+        """Route this thread's allocations on ``device`` into ``pool`` (None: back to the device's
+        own); returns the previous routing, to give back when the block ends."""
+        pools = self.thread().mem_pools
+        previous = pools.get(device)
+        if pool is None:
+            pools.pop(device, None)
+        else:
+            pools[device] = pool
+        self.routed_pools += (pool is not None) - (previous is not None)
+        return previous
+
+    def check_allocation(self, device: int, nbytes: int) -> StreamState:
+        """Raise the NPU's ``OutOfMemoryError`` now if ``nbytes`` cannot be allocated on ``device``'s
+        current stream (asked before a big CPU payload is made); returns that stream."""
+        stream = self.current_stream(device)
+        pool = self.allocation_pool(stream, device)
+        allocator = self.devices[device].allocator
+        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
+            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises OutOfMemoryError
+        return stream
 
     def device(self, index: Optional[int] = None) -> Device:
         if index is None:

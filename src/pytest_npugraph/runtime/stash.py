@@ -40,3 +40,4 @@ class ThreadState:
     restoring_limits: bool = False               # inside restored_limits(): a limit back at the maximum is none
     events_made: int = 0                         # events this thread made: their labels' numbers
     stream_history: dict = field(default_factory=dict)   # device -> [(autograd sequence nr, StreamState)]
+    mem_pools: dict = field(default_factory=dict)        # device -> pool id torch.npu.use_mem_pool routes into

@@ -245,9 +245,7 @@ def _wrap(payload, device_index, stream, site, fresh) -> NpuTensor:
     if stream is None:
         stream = rt.current_stream(device_index)
     capture = stream.capture
-    # a capture's pool, else the pool torch.npu.use_mem_pool routes this thread's allocations into
-    pool = capture.pool if capture is not None else getattr(rt.thread(), "mem_pools", {}).get(device_index)
-    block = rt.devices[device_index].allocator.malloc(nbytes, stream.sid, pool=pool)
+    block = rt.devices[device_index].allocator.malloc(nbytes, stream.sid, pool=rt.allocation_pool(stream, device_index))
     _remember_block(key, block)
     rt.on_alloc(block, site, pool=str(capture.pool) if capture is not None else None)
     t = NpuTensor(payload, device_index, block)

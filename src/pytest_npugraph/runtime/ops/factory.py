@@ -73,11 +73,7 @@ def backend_select_kernel(op_name: str):
         rt.devices[index].initialized = True
         size = args[0] if args else kwargs["size"]
         nbytes = storage_nbytes(size, _dtype(kwargs.get("dtype")), kwargs.get("acl_format", 2))
-        stream = rt.current_stream(index)
-        pool = stream.capture.pool if stream.capture is not None else getattr(rt.thread(), "mem_pools", {}).get(index)
-        allocator = rt.devices[index].allocator
-        if nbytes and not allocator.fits(nbytes, stream.sid, pool):
-            allocator.free(allocator.malloc(nbytes, stream.sid, pool))   # raises the NPU's OutOfMemoryError
+        rt.check_allocation(index, nbytes)          # the NPU's OutOfMemoryError before the payload is made
         payload = kernel.overload.redispatch(_CPU, *args, **dict(kwargs, device=torch.device("cpu")))
         return wrap(payload, index)
     kernel.overload = None

@@ -266,21 +266,14 @@ class use_mem_pool:
     def __enter__(self):
         from pytest_npugraph.runtime.runtime import current
 
-        thread = current().thread()
-        pools = thread.__dict__.setdefault("mem_pools", {})
-        self._previous = pools.get(self.device_index)
-        pools[self.device_index] = self.pool.id
+        self._previous = current().route_pool(self.device_index, self.pool.id)
         self.pool._users += 1
         return self.pool
 
     def __exit__(self, *exc):
         from pytest_npugraph.runtime.runtime import current
 
-        pools = current().thread().__dict__.setdefault("mem_pools", {})
-        if self._previous is None:
-            pools.pop(self.device_index, None)
-        else:
-            pools[self.device_index] = self._previous
+        current().route_pool(self.device_index, self._previous)
         self.pool._users -= 1
         return False
 
