@@ -148,6 +148,19 @@ def mx_quantize(x: torch.Tensor, axis: int, dst: str, block_size: int = 32, alg:
     return y, mxscale
 
 
+
+def _mx_output_meta(input, dst_type):
+    """The quantised output's shape and dtype: FP8 keeps the input's shape, FP4 packs two values a byte
+    along the last dim (which must be even)."""
+    dst = _dst_name(dst_type)
+    if dst in _FP8:
+        return torch.empty_like(input, dtype=_FP8[dst])
+    if input.size(-1) % 2:
+        raise RuntimeError("If output dtype is float4_e2m1 or float4_e1m2, the last dim of input must be "
+                           "divisible by 2, ")
+    return input.new_empty([*input.shape[:-1], input.size(-1) // 2], dtype=torch.uint8)
+
+
 def _dynamic_mx_quant_meta(input, *, axis=-1, round_mode="rint", dst_type=296, block_size=32, scale_alg=0,
                            dst_type_max=0.0, max_low_bound=0.0):
     dims = input.dim()
@@ -160,15 +173,7 @@ def _dynamic_mx_quant_meta(input, *, axis=-1, round_mode="rint", dst_type=296, b
     axis = axis % dims
     scale_shape = list(input.shape) + [2]
     scale_shape[axis] = math.ceil(math.ceil(input.size(axis) / block_size) / 2)
-    dst = _dst_name(dst_type)
-    if dst in _FP8:
-        y = torch.empty_like(input, dtype=_FP8[dst])
-    else:
-        if input.size(-1) % 2:
-            raise RuntimeError("If output dtype is float4_e2m1 or float4_e1m2, the last dim of input must be "
-                               "divisible by 2, ")
-        y = input.new_empty([*input.shape[:-1], input.size(-1) // 2], dtype=torch.uint8)
-    return y, input.new_empty(scale_shape, dtype=torch.uint8)
+    return _mx_output_meta(input, dst_type), input.new_empty(scale_shape, dtype=torch.uint8)
 
 
 # ------------------------------------------------------------------ RMSNorm fused with MX quantisation
@@ -217,14 +222,7 @@ def npu_add_rms_norm_dynamic_mx_quant(x1, x2, gamma, *, beta=None, epsilon=1e-06
 def _rms_mx_meta(x, gamma, scale_alg, dst_type):
     if scale_alg not in (0, 1):
         raise RuntimeError(f"Invalid scale_alg value: {scale_alg}. Expected 0 or 1.")
-    dst = _dst_name(dst_type)
-    if dst in _FP8:
-        y = torch.empty_like(x, dtype=_FP8[dst])
-    else:
-        if x.size(-1) % 2:
-            raise RuntimeError("If output dtype is float4_e2m1 or float4_e1m2, the last dim of input must be "
-                               "divisible by 2, ")
-        y = x.new_empty([*x.shape[:-1], x.size(-1) // 2], dtype=torch.uint8)
+    y = _mx_output_meta(x, dst_type)
     mxscale = x.new_empty([*x.shape[:-1], math.ceil(x.size(-1) / 64), 2], dtype=torch.uint8)
     lead = x.dim() - gamma.dim()
     rstd = x.new_empty([x.size(i) if i < lead else 1 for i in range(x.dim())], dtype=torch.float32)
