@@ -4,7 +4,7 @@ NPU branch: no mocks), and compare.
 
     python tools/vllm_ascend_ut/run.py --venv VENV --src VLLM_ASCEND_CHECKOUT [--out DIR] [-k EXPR]
 
-VENV is made by ``setup.sh`` (vllm and vllm-ascend installed without dependencies, this checkout's
+VENV is made by ``setup.sh VENV VLLM_ASCEND_CHECKOUT`` (vllm without dependencies, this checkout's
 pytest-npugraph editable); VLLM_ASCEND_CHECKOUT holds ``tests/ut`` of the release under test
 (v0.23.0).  Prints pass/fail/error/skip counts of both runs, failures of the plugin run grouped by
 their first error line, and the median per-test time of the tests that pass in both runs.

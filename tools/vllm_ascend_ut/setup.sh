@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Make a venv for the vLLM-Ascend tests/ut yardstick (tools/vllm_ascend_ut/run.py):
-#   bash tools/vllm_ascend_ut/setup.sh VENV
-# vllm 0.23.0 and vllm-ascend 0.23.0 are installed without their dependencies (vllm's pull a CUDA
-# torch, vllm-ascend's a real torch_npu and CANN); the pure-Python packages vllm imports are
-# installed with torch pinned to the CPU build; this checkout's pytest-npugraph is installed editable.
-# tests/ut itself comes from a vLLM-Ascend checkout at v0.23.0 (git clone --branch v0.23.0 ...).
+#   bash tools/vllm_ascend_ut/setup.sh VENV SRC
+# SRC is a vLLM-Ascend checkout at v0.23.0 (its vllm_ascend/ sources and tests/ut; run.py runs from
+# it, so the sources are imported from there).  tools/vllm_ascend/setup.sh installs vllm 0.23.0
+# without dependencies and what importing vllm_ascend needs; this adds what tests/ut imports besides
+# (requirements.txt, transformers 5.5.4 as vLLM-Ascend pins it, torchvision), with torch pinned to
+# the CPU build, and this checkout's pytest-npugraph editable.  PyPI's torchvision wheel is a CUDA
+# build: cpu_torchvision.py makes it importable next to the CPU torch.
 set -euo pipefail
-VENV=${1:?usage: setup.sh VENV}
+VENV=${1:?usage: setup.sh VENV SRC}
+SRC=${2:?usage: setup.sh VENV SRC}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 python -m venv --system-site-packages "$VENV"
+bash "$ROOT/tools/vllm_ascend/setup.sh" "$VENV" "$SRC" >/dev/null
 PIP="$VENV/bin/python -m pip install -q --disable-pip-version-check"
-$PIP --no-deps "vllm==0.23.0" "vllm-ascend==0.23.0" "torchvision==0.28.0"
-$PIP -r "$HERE/requirements.txt" "torch==2.13.0" "transformers==5.5.4"    # vllm-ascend 0.23.0 pins 5.5.4
+$PIP -r "$HERE/requirements.txt" "torch==2.13.0" "transformers==5.5.4"
+$PIP --no-deps "torchvision==0.28.0"
 "$VENV/bin/python" "$HERE/cpu_torchvision.py" "$VENV/bin/python"
-$PIP -e "$ROOT[test]" "torch==2.13.0"
-echo "venv ready: $VENV"
+$PIP --no-deps -e "$ROOT"
+echo "venv ready: $VENV (run: python tools/vllm_ascend_ut/run.py --venv $VENV --src $SRC)"
