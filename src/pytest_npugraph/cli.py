@@ -153,11 +153,8 @@ def run(options) -> int:
           + f", CANN {config.cann}" + (f", {options.nproc_per_node} ranks" if options.nproc_per_node > 1 else ""),
           file=sys.stderr)
     with inherit.Inheritance(config, CONTEXT.op_profile, [os.path.abspath(p) for p in options.conftest]) as children:
-        try:
-            code = _ranks(options, config)
-            hazards, trace = _analyze(children)
-        finally:
-            children.close()
+        code = _ranks(options, config)
+        hazards, trace = _analyze(children)
     failing = [h for h in hazards if h.severity != "warning" and h.kind not in config.allow]
     if options.hazards != "off":
         if hazards:

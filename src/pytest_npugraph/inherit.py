@@ -120,9 +120,7 @@ class Inheritance:
                 os.environ[key] = value
         if not self.forkserver and _forkserver_running():
             _stop_forkserver()
-
-    def close(self) -> None:
-        if os.path.isdir(self.directory):
+        if os.path.isdir(self.directory):      # the children's traces were read by then
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def folder(self) -> str:

@@ -5,6 +5,7 @@ code imports ``torch_npu``/``torchair`` or requests the ``npugraph`` fixture.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -264,11 +265,10 @@ def pytest_runtest_setup(item):
 def pytest_runtest_call(item):
     """After the test body: turn its hazards into the outcome (or, if it failed, a report section).
     During it, the Python processes it starts emulate its NPU and hand back their traces (inherit.py)."""
-    children = None
+    children = contextlib.nullcontext()
     if CONTEXT.emulating and item.get_closest_marker("npu_no_inherit") is None:
         children = inherit.Inheritance(CONTEXT.config, CONTEXT.op_profile, inherit.conftest_files(item))
-        children.__enter__()
-    try:
+    with children:
         try:
             result = yield
         except BaseException:
@@ -278,10 +278,6 @@ def pytest_runtest_call(item):
         if CONTEXT.emulating:
             item.config.stash[STASH_OUTCOME].check(item)
         return result
-    finally:
-        if children is not None:
-            children.__exit__(None, None, None)
-            children.close()
 
 
 @pytest.hookimpl(wrapper=True)
