@@ -17,6 +17,7 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,22 @@ def _test_count(path: str) -> int:
         return len(re.findall(r"^\s+def test\w*\(", f.read(), flags=re.M))
 
 
-def run(upstream: str, default_device: str | None, timeout: int, keep: str | None) -> collections.Counter:
+def _run_file(cmd: list, folder: str, timeout: int) -> bool:
+    """Run one file's pytest in its own process group; False if it ran out of time (the whole group,
+    rank processes included, is killed then)."""
+    proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
+
+
+def run(upstream: str, default_device: str | None, timeout: int, keep: str | None,
+        details: list | None = None) -> collections.Counter:
     work = keep or tempfile.mkdtemp(prefix="torchair_upstream_")
     os.makedirs(work, exist_ok=True)
     counts = collections.Counter()
@@ -84,13 +100,15 @@ def run(upstream: str, default_device: str | None, timeout: int, keep: str | Non
                 f.write(_CONFTEST_DEFAULT_DEVICE.replace('"npu"', repr(default_device)))
         elif os.path.exists(conftest):
             os.remove(conftest)
-        xml = os.path.join(work, os.path.basename(rel) + ".xml")
+        xml = os.path.join(work, rel.replace("/", "__") + ".xml")
+        if os.path.exists(xml):
+            os.remove(xml)
         cmd = [sys.executable, "-m", "pytest", os.path.basename(rel), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                f"--junitxml={xml}", "-o", "python_files=*.py"]
-        try:
-            subprocess.run(cmd, cwd=folder, timeout=timeout, capture_output=True, check=False)
-        except subprocess.TimeoutExpired:
+        if not _run_file(cmd, folder, timeout):
             counts[f"file timed out after {timeout}s: {rel}"] += _test_count(src)
+            if details is not None:
+                details.append((rel, "*", f"file timed out after {timeout}s"))
             continue
         if not os.path.exists(xml):
             counts[f"file did not run: {rel}"] += _test_count(src)
@@ -100,11 +118,16 @@ def run(upstream: str, default_device: str | None, timeout: int, keep: str | Non
             error = cases[0].find("error")
             lines = [line[4:] for line in (error.text or "").splitlines() if line.startswith("E   ")] if error is not None \
                 else []
-            counts[f"collection: {lines[-1][:160] if lines else 'failed'}"] += _test_count(src)
+            cause = f"collection: {lines[-1][:160] if lines else 'failed'}"
+            counts[cause] += _test_count(src)
+            if details is not None:
+                details.append((rel, "*", cause))
             continue
         for case in cases:
             cause = _cause(case)
             counts["passed" if cause is None else cause] += 1
+            if details is not None:
+                details.append((rel, case.get("name"), "passed" if cause is None else cause))
     if keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return counts
@@ -116,8 +139,14 @@ def main() -> int:
     parser.add_argument("--default-device", default=None, help='e.g. "npu": torch.set_default_device before each test')
     parser.add_argument("--timeout", type=int, default=900, help="seconds per file")
     parser.add_argument("--keep", default=None, help="run in this folder and keep it (junit xml per file)")
+    parser.add_argument("--details", default=None, help="write one line per test (file, test, outcome) here")
     args = parser.parse_args()
-    counts = run(args.upstream, args.default_device, args.timeout, args.keep)
+    details = [] if args.details else None
+    counts = run(args.upstream, args.default_device, args.timeout, args.keep, details)
+    if args.details:
+        with open(args.details, "w", encoding="utf-8") as f:
+            for row in details:
+                f.write("\t".join(row) + "\n")
     total = sum(counts.values())
     print(f"passed {counts['passed']}/{total} (default device: {args.default_device or 'cpu'})")
     for cause, n in counts.most_common():
