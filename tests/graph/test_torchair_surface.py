@@ -137,18 +137,37 @@ def test_npu_print_prints_in_torchairs_format_each_time_the_graph_runs(capsys, m
     assert _printed(capsys) == _THREE
 
 
-def test_npu_print_in_reduce_overhead_prints_when_captured(capsys):
-    """aclgraph replays device tasks: the print is a host op, so it prints when the graph is captured
-    (TorchAir warns that npu_print may not take effect in that mode)."""
+def _captured(mode, fn):
+    if mode == "npugraph_ex":
+        return torch.compile(fn, backend="npugraph_ex")
     config = CompilerConfig()
     config.mode = "reduce-overhead"
-    fn = torch.compile(lambda v: (torchair.ops.npu_print(v, summarize_size=-1), v + 1)[1],
-                       backend=torchair.get_npu_backend(compiler_config=config))
-    t = torch.arange(2.0, device="npu")
-    assert torch.equal(fn(t).cpu(), torch.tensor([1.0, 2.0]))
-    assert _printed(capsys) == ["[0 1]"]
-    assert torch.equal(fn(t + 1).cpu(), torch.tensor([2.0, 3.0]))
-    assert _printed(capsys) == []          # a replay
+    return torch.compile(fn, backend=torchair.get_npu_backend(compiler_config=config))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "npugraph_ex"])
+def test_npu_print_in_a_captured_graph_prints_each_replay_with_its_values(capsys, mode):
+    """aclgraph replays the captured tasks: the print is a step of the graph, so every run (the first
+    is capture + replay) prints that run's values once, never the capture's buffers."""
+    fn = _captured(mode, lambda v: (torchair.ops.npu_print("v =", v * 2, summarize_size=-1), v + 1)[1])
+    for start in (5.0, 7.0, 9.0):
+        t = torch.arange(start, start + 2, device="npu")
+        assert torch.equal(fn(t).cpu(), torch.tensor([start + 1, start + 2]))
+        assert _printed(capsys) == [f"v = [{2 * start:.0f} {2 * start + 2:.0f}]"]
+
+
+def test_npu_print_in_a_captured_graph_prints_in_stream_order(capsys):
+    def func(v):
+        torchair.ops.npu_print(v, summarize_size=-1)
+        w = v * 10
+        torchair.ops.npu_print(w, summarize_size=-1)
+        return w
+
+    fn = _captured("reduce-overhead", func)
+    fn(torch.arange(2.0, device="npu"))
+    assert _printed(capsys) == ["[0 1]", "[0 10]"]
+    fn(torch.arange(3.0, 5.0, device="npu"))
+    assert _printed(capsys) == ["[3 4]", "[30 40]"]
 
 
 @pytest.mark.parametrize("value, size, detail, expected", [

@@ -105,6 +105,19 @@ _host_keys: dict = {}       # air:: OpOverload -> the dispatch key of its kernel
 _UNKNOWN = object()
 
 
+def _print(func, plan, args, kwargs):
+    """``air::print`` (``torchair.ops.npu_print``): eagerly a host op like the other ``air::`` ops.  In a
+    stream that captures a graph (reduce-overhead / npugraph_ex) it is a replay step, so every replay
+    prints the values of that replay, as a graph's host function would (torch_npu's own
+    ``print_npugraph_tensor``); its CPU kernel prints nothing while the stream captures, where the
+    buffers hold no values of any run yet."""
+    tensors = args[0] if args else kwargs.get("tensors")
+    first = next((t for t in tensors or () if isinstance(t, NpuTensor)), None)
+    if first is not None and not _is_fake(first._payload) and current().current_stream(first._dev).capture is not None:
+        return _run(func, plan, args, kwargs)
+    return _host_op(func, plan, args, kwargs)
+
+
 def _npu_key_or_run(func, plan, args, kwargs):
     """An op outside aten: a kernel user code registered for the npu key (``user_kernels``) runs with
     the NPU tensors themselves, as on hardware, so the ops it calls are dispatched, recorded and
@@ -162,4 +175,5 @@ def install() -> None:
     register_op_handler("aten::*", None)         # aten and prims ops never have a user's npu-key kernel
     register_op_handler("prims::*", None)
     register_op_handler("air::*", _host_op)
+    register_op_handler("air::print", _print)
     register_op_handler("*", _npu_key_or_run)

@@ -2,7 +2,10 @@
 graph (or the eager op) runs, in TorchAir's format: integral values without a point, others with 9
 significant digits; at most ``summarize_size`` leading and trailing entries per dimension ("..." between),
 -1 for all; rows on their own lines; ``tensor_detail`` adds shape and dtype.  GE mode prints when the
-graph runs too (the real one through StringFormat/PrintV2 on the device)."""
+graph runs too (the real one through StringFormat/PrintV2 on the device).  In a captured graph
+(reduce-overhead, npugraph_ex) it prints at every replay with that replay's values and not at the
+capture (TorchAir warns npu_print "may not take effect" there: its host kernel would read the capture's
+empty buffers)."""
 from __future__ import annotations
 
 from typing import List
@@ -44,8 +47,18 @@ def summarize_tensor(tensor: torch.Tensor, summarize_size: int) -> str:
     return _summarize(tensor.tolist(), tensor.dim(), summarize_size)
 
 
+def _capturing() -> bool:
+    """Inside a graph capture the op is a replay step (the runtime's ``air::print`` handler): the capture
+    prints nothing, each replay prints its values."""
+    from pytest_npugraph.runtime.runtime import current
+
+    return current().current_stream().capture is not None
+
+
 def kernel_impl(tensors: List[torch.Tensor], msg_format: str, placeholder: str, summarize_size: int,
                 tensor_detail: bool):
+    if _capturing():
+        return
     for t in tensors:
         msg_format = msg_format.replace(placeholder, summarize_tensor(t, summarize_size), 1)
         if tensor_detail:
