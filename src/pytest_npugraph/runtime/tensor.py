@@ -19,7 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, generators, profiles
+from . import cpu_gaps, generators, profiles, wide_uints
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .runtime import current
@@ -302,7 +302,7 @@ class _Plan:
     """What dispatch needs to know about an op, computed once per OpOverload."""
 
     __slots__ = ("name", "args", "reads_data", "metadata_only", "metadata_inplace", "special", "returns_args",
-                 "returns_written", "writes_at", "writes_kw", "host_check", "view_of_first")
+                 "returns_written", "writes_at", "writes_kw", "host_check", "view_of_first", "uints")
 
     def __init__(self, func):
         schema = func._schema
@@ -329,6 +329,10 @@ class _Plan:
         # an aten op refuses CPU operands (but 0-dim scalars and the index ops' indices)
         self.host_check = schema.name.startswith("aten::") and schema.name not in _HOST_OPERANDS_OK
         # a view of its first argument, its only tensor (``view``, ``t``, ``expand``, ``split``...)
+        # (schema name, the wide uints its NPU kernel takes) when it lacks one (wide_uints); no kernel: None
+        taken = wide_uints.taken(schema.name)
+        self.uints = None if self.metadata_only or self.metadata_inplace or taken == wide_uints.WIDE \
+            else (schema.name, taken)
         self.view_of_first = views and self.special is None and \
             [i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)] == [0] and \
             all(str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns) and len(schema.returns) == 1
@@ -504,6 +508,8 @@ def _run(func, plan, args, kwargs, now=False):
         if kwargs else kwargs
     if ops.fake:
         return _wrap_outputs(func(*uargs, **ukwargs), inputs[0]._dev, None)
+    if plan.uints is not None:
+        wide_uints.refuse(*plan.uints, inputs, kwargs)
     rt = current()
     if inputs:
         device = _same_device(inputs)
