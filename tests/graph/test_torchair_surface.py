@@ -525,3 +525,32 @@ def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch):
     compiled = torch.compile(lambda x: x.view(-1) + 1, backend=torchair.get_npu_backend(), fullgraph=True)
     assert torch.equal(compiled(torch.ones(2, 2, device="npu")).cpu(), torch.full((4,), 2.0))
     assert seen == [["aten.reshape.default", "aten.add.Tensor"]]          # view -> reshape already done
+
+
+# ------------------------------------------------------------------------------ aclgraph logs
+def test_aclgraph_logs_its_captures_and_recaptures_as_torchair(caplog):
+    """TorchAir's DEBUG lines around a capture, which its tests (and users) read: a new key, the pool's
+    state after the capture (blocks in use: the cloned input's buffer and the output), a key found with
+    nothing moved, and a recapture when the current stream's core limit changed."""
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    fn = torch.compile(lambda v: v + v, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)
+    x = torch.ones(4, device="npu")
+
+    def lines():
+        text = [r.getMessage() for r in caplog.records if r.name == "torchair"]
+        caplog.clear()
+        return "\n".join(text)
+    with caplog.at_level(logging.DEBUG, logger="torchair"):
+        fn(x)
+        first = lines()
+        fn(x)
+        second = lines()
+        torch.npu.set_stream_limit(torch.npu.current_stream(), 2, 3)
+        fn(x)
+        third = lines()
+    assert "No find captured AclGraph" in first and "and start to capture it." in first
+    assert "After capturing fx_graph" in first and "'activate_num': 2" in first
+    assert "Find captured AclGraph" in second and "The current AclGraph no needs to be recaptured" in second
+    assert "No find captured" not in second
+    assert "The current AclGraph needs to be recaptured" in third and "After capturing fx_graph" in third

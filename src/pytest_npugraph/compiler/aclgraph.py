@@ -21,6 +21,7 @@ from the pool's empty state, so live outputs of other keys go stale and their ad
 """
 from __future__ import annotations
 
+import logging
 import warnings
 import weakref
 from collections import OrderedDict
@@ -39,6 +40,8 @@ from . import aclgraph_passes as passes
 from . import data_dump, deadlock_check, emit, fxgraph, reinplace, scope_stack, stream_events
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
+
+log = logging.getLogger("torchair")      # TorchAir's logger: its capture/recapture messages, as tests read them
 
 _OUTPUT_WARNING = (
     "Because acl graph fixes memory addresses, acl graphs do not have a great way of handling live tensors from "
@@ -228,8 +231,15 @@ class AclConcreteGraph:
         if self.fallback:
             return "fallback_to_eager"
         key = self.graph_key(args)
-        if key in self.metas and not self._needs_recapture(key, args):
-            return key
+        if key in self.metas:
+            log.info("Find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}.",
+                     id(self.metas[key].graph), self.name, key)
+            if not self._needs_recapture(key, args):
+                log.debug("The current AclGraph no needs to be recaptured for fx_graph %s with graph key {%s}.",
+                          self.name, key)
+                return key
+            log.debug("The current AclGraph needs to be recaptured for fx_graph %s with graph key {%s}.",
+                      self.name, key)
         recapture = key in self.metas
         if len(self.metas) == self.limit:
             self._fall_back(key)
@@ -278,6 +288,8 @@ class AclConcreteGraph:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
         meta = self.metas[key] = GraphMeta(key, torch.npu.NPUGraph())
+        log.debug("No find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}, and start to capture it.",
+                  id(meta.graph), self.name, key)
         counters["npugraph_ex"]["captured_" + self.name] = len(self.metas)
         self.record.captures = len(self.metas)
         if key not in self.record.keys:
@@ -305,6 +317,10 @@ class AclConcreteGraph:
                                      None if cloned else t.data_ptr()))
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("After capturing fx_graph %s for graph key{%s} to AclGraph{id: %s}, memory pool reuse is %s, "
+                      "the memory state is {%s}.", self.name, key, id(meta.graph),
+                      "enable" if self.reuse_in_fx else "disable", _pool_state())
         if self.settings.deadlock_check:
             deadlock_check.report(rt.trace, first_seq, len(rt.trace))
         if self.settings.super_kernel_optimize:
@@ -388,3 +404,17 @@ class _AclRunner(Runner):
         elif node.name in self.exits:
             torch.npu.set_stream(self.saved.pop())
         return result
+
+
+def _pool_state() -> str:
+    """TorchAir's ``debug_mem_state``: one line per segment of a graph pool (``memory_snapshot``), with
+    its active block count, as its capture log shows it (tests read ``'activate_num': N`` there)."""
+    lines = []
+    for segment in torch.npu.memory_snapshot():
+        if segment.get("segment_pool_id", (0, 0)) == (0, 0):
+            continue
+        lines.append(str(({"device": segment["device"]}, {"stream": segment["stream"]},
+                          {"pool_id": segment["segment_pool_id"]}, {"block_num": len(segment["blocks"])},
+                          {"activate_num": sum(int(b["state"] == "active_allocated") for b in segment["blocks"])},
+                          {"total_size": segment["total_size"]}, {"allocated_size": segment["allocated_size"]})))
+    return "\n" + "\n".join(lines)
