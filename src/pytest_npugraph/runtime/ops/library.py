@@ -97,17 +97,28 @@ def _real_cpu_compute():
 
 
 def _meta_kernel(impl):
-    """Shapes by running the reference on zeros of the same shapes (static shapes only)."""
+    """Shapes by running the reference on zeros of the same shapes; with symbolic sizes (a dynamic-shape
+    graph) on the meta tensors themselves, whose ops carry the symbols through."""
     def to_cpu(x):
         if isinstance(x, torch.Tensor):
             return torch.zeros(x.shape, dtype=x.dtype)
         return x
 
     def kernel(*args, **kwargs):
+        if _symbolic(args, kwargs):
+            return impl(*args, **kwargs)
         with _real_cpu_compute():
             out = impl(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
             return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, out)
     return kernel
+
+
+def _symbolic(args, kwargs) -> bool:
+    """Whether a tensor argument has a symbolic size (zeros of its shape cannot be made)."""
+    for x in tree_flatten((args, kwargs))[0]:
+        if isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape):
+            return True
+    return False
 
 
 FUNCTIONAL_SUFFIX = "_functional"
