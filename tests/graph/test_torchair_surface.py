@@ -528,20 +528,20 @@ def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ aclgraph logs
-def test_aclgraph_logs_its_captures_and_recaptures_as_torchair(caplog):
-    """TorchAir's DEBUG lines around a capture, which its tests (and users) read: a new key, the pool's
-    state after the capture (blocks in use: the cloned input's buffer and the output), a key found with
-    nothing moved, and a recapture when the current stream's core limit changed."""
-    config = CompilerConfig()
-    config.mode = "reduce-overhead"
-    fn = torch.compile(lambda v: v + v, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)
+@pytest.mark.parametrize("mode, logger", [("reduce-overhead", "torchair"), ("npugraph_ex", "npugraph_ex")])
+def test_aclgraph_logs_its_captures_and_recaptures_as_torchair(caplog, mode, logger):
+    """TorchAir's DEBUG lines around a capture, on the product's logger, which its tests (and users)
+    read: a new key, the pool's state after the capture (blocks in use: the cloned input's buffer and
+    the output), a key found with nothing moved, and a recapture when the current stream's core limit
+    changed."""
+    fn = _captured(mode, lambda v: v + v)
     x = torch.ones(4, device="npu")
 
     def lines():
-        text = [r.getMessage() for r in caplog.records if r.name == "torchair"]
+        text = [r.getMessage() for r in caplog.records if r.name == logger]
         caplog.clear()
         return "\n".join(text)
-    with caplog.at_level(logging.DEBUG, logger="torchair"):
+    with caplog.at_level(logging.DEBUG, logger=logger):
         fn(x)
         first = lines()
         fn(x)

@@ -41,7 +41,11 @@ from . import data_dump, deadlock_check, emit, fxgraph, reinplace, scope_stack, 
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
 
-log = logging.getLogger("torchair")      # TorchAir's logger: its capture/recapture messages, as tests read them
+
+def _logger(settings) -> logging.Logger:
+    """The product's logger (torchair's, or npugraph_ex's for that backend): its capture/recapture
+    messages, which tests read."""
+    return logging.getLogger("npugraph_ex" if settings.backend == "npugraph_ex" else "torchair")
 
 _OUTPUT_WARNING = (
     "Because acl graph fixes memory addresses, acl graphs do not have a great way of handling live tensors from "
@@ -79,6 +83,7 @@ class AclConcreteGraph:
     def __init__(self, gm, settings, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False,
                  event_tags=()):
         self.settings = settings
+        self.log = _logger(settings)
         self.name = name
         self.pool_config = settings.custom_pool
         check_pool(self.pool_config)
@@ -232,13 +237,13 @@ class AclConcreteGraph:
             return "fallback_to_eager"
         key = self.graph_key(args)
         if key in self.metas:
-            log.info("Find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}.",
+            self.log.info("Find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}.",
                      id(self.metas[key].graph), self.name, key)
             if not self._needs_recapture(key, args):
-                log.debug("The current AclGraph no needs to be recaptured for fx_graph %s with graph key {%s}.",
+                self.log.debug("The current AclGraph no needs to be recaptured for fx_graph %s with graph key {%s}.",
                           self.name, key)
                 return key
-            log.debug("The current AclGraph needs to be recaptured for fx_graph %s with graph key {%s}.",
+            self.log.debug("The current AclGraph needs to be recaptured for fx_graph %s with graph key {%s}.",
                       self.name, key)
         recapture = key in self.metas
         if len(self.metas) == self.limit:
@@ -288,7 +293,7 @@ class AclConcreteGraph:
             # start from the pool's original (empty) state: outputs of other keys go stale
             _graphs.reset_pool(rt, self.stream.device_index, self.pool)
         meta = self.metas[key] = GraphMeta(key, torch.npu.NPUGraph())
-        log.debug("No find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}, and start to capture it.",
+        self.log.debug("No find captured AclGraph{id: %s} of fx_graph %s with graph key {%s}, and start to capture it.",
                   id(meta.graph), self.name, key)
         counters["npugraph_ex"]["captured_" + self.name] = len(self.metas)
         self.record.captures = len(self.metas)
@@ -317,8 +322,8 @@ class AclConcreteGraph:
                                      None if cloned else t.data_ptr()))
             outputs = self.runner.run(*inputs)
         meta.outputs = tuple(outputs)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("After capturing fx_graph %s for graph key{%s} to AclGraph{id: %s}, memory pool reuse is %s, "
+        if self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug("After capturing fx_graph %s for graph key{%s} to AclGraph{id: %s}, memory pool reuse is %s, "
                       "the memory state is {%s}.", self.name, key, id(meta.graph),
                       "enable" if self.reuse_in_fx else "disable", _pool_state())
         if self.settings.deadlock_check:
