@@ -554,3 +554,35 @@ def test_aclgraph_logs_its_captures_and_recaptures_as_torchair(caplog, mode, log
     assert "Find captured AclGraph" in second and "The current AclGraph no needs to be recaptured" in second
     assert "No find captured" not in second
     assert "The current AclGraph needs to be recaptured" in third and "After capturing fx_graph" in third
+
+
+# ------------------------------------------------------------------------------ replace_stream_event_pass
+def test_replace_stream_event_pass_is_callable_from_a_custom_backend():
+    """``torchair._acl_concrete_graph.replace_stream_event.replace_stream_event_pass(gm)`` (TorchAir's
+    smoke tests call it in their own backend): native streams/events become stream scopes and tagged
+    events, written with the ops' packets as TorchAir writes them, and the graph still computes."""
+    from torchair._acl_concrete_graph.replace_stream_event import replace_stream_event_pass
+
+    seen = []
+
+    def func(t):
+        default_stream = torch.npu.current_stream()
+        side = torch.npu.Stream()
+        event = torch.npu.Event()
+        torch.npu.set_stream(side)
+        event.record()
+        tmp = torch.add(t, 1)
+        torch.npu.set_stream(default_stream)
+        event.wait(side)
+        return torch.add(tmp, 2)
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event_pass(gm)
+        seen.extend(getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    out = torch.compile(func, backend=backend, fullgraph=True)(torch.zeros(3, device="npu"))
+    assert torch.equal(out.cpu(), torch.full((3,), 3.0))
+    for name in ("scope_enter", "scope_exit", "tagged_event_record", "tagged_event_wait_on_stream"):
+        assert seen.count(name) == 1, (name, seen)
+    assert "set_stream" not in seen and "record_event" not in seen and "wait_event" not in seen
