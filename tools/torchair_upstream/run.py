@@ -3,11 +3,13 @@
 Ascend/torchair under pytest-npugraph and count the outcomes by cause.
 
     python tools/torchair_upstream/run.py --upstream /path/to/torchair [--default-device npu] [--keep DIR]
+        [--details FILE] [--devices N] [--only PART] [--timeout SECONDS]
 
 The upstream files are copied to a temporary folder (never into this repository) and run there with
 ``pytest -p no:randomly``, one pytest per file (a file that hangs or crashes costs only itself;
 ``--timeout`` seconds each).  ``--default-device npu`` adds a conftest that calls
-``torch.set_default_device("npu")`` before each test, as users who set it do.  The report is one line
+``torch.set_default_device("npu")`` before each test, as users who set it do; ``--devices N`` gives
+every test N emulated devices (as a machine with N NPUs; the plugin's default is 1).  The report is one line
 per outcome cause: passed, and each failure's exception type with the first line of its message
 (numbers and addresses folded), most frequent first."""
 from __future__ import annotations
@@ -37,6 +39,15 @@ def _default_device_npu():
     torch.set_default_device("npu")
     yield
     torch.set_default_device(None)
+'''
+
+_CONFTEST_DEVICES = '''
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.npu_devices(%d))
 '''
 
 
@@ -80,11 +91,13 @@ def _run_file(cmd: list, folder: str, timeout: int) -> bool:
 
 
 def run(upstream: str, default_device: str | None, timeout: int, keep: str | None,
-        details: list | None = None) -> collections.Counter:
+        details: list | None = None, devices: int | None = None, only: str | None = None) -> collections.Counter:
     work = keep or tempfile.mkdtemp(prefix="torchair_upstream_")
     os.makedirs(work, exist_ok=True)
     counts = collections.Counter()
     for rel in listed_files():
+        if only and only not in rel:
+            continue
         src = os.path.join(upstream, rel)
         if not os.path.exists(src):
             counts[f"missing file {rel}"] += 1
@@ -95,9 +108,11 @@ def run(upstream: str, default_device: str | None, timeout: int, keep: str | Non
             if sibling.endswith(".py"):
                 shutil.copy(os.path.join(os.path.dirname(src), sibling), folder)
         conftest = os.path.join(folder, "conftest.py")
-        if default_device:
+        text = (_CONFTEST_DEFAULT_DEVICE.replace('"npu"', repr(default_device)) if default_device else "") + \
+            (_CONFTEST_DEVICES % devices if devices else "")
+        if text:
             with open(conftest, "w", encoding="utf-8") as f:
-                f.write(_CONFTEST_DEFAULT_DEVICE.replace('"npu"', repr(default_device)))
+                f.write(text)
         elif os.path.exists(conftest):
             os.remove(conftest)
         xml = os.path.join(work, rel.replace("/", "__") + ".xml")
@@ -140,9 +155,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per file")
     parser.add_argument("--keep", default=None, help="run in this folder and keep it (junit xml per file)")
     parser.add_argument("--details", default=None, help="write one line per test (file, test, outcome) here")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="emulated devices per test (@pytest.mark.npu_devices(N)); default: the plugin's 1")
+    parser.add_argument("--only", default=None, help="run only the listed files whose path contains this")
     args = parser.parse_args()
     details = [] if args.details else None
-    counts = run(args.upstream, args.default_device, args.timeout, args.keep, details)
+    counts = run(args.upstream, args.default_device, args.timeout, args.keep, details, args.devices, args.only)
     if args.details:
         with open(args.details, "w", encoding="utf-8") as f:
             for row in details:
