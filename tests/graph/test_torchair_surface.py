@@ -586,3 +586,26 @@ def test_replace_stream_event_pass_is_callable_from_a_custom_backend():
     for name in ("scope_enter", "scope_exit", "tagged_event_record", "tagged_event_wait_on_stream"):
         assert seen.count(name) == 1, (name, seen)
     assert "set_stream" not in seen and "record_event" not in seen and "wait_event" not in seen
+
+
+def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
+    """``npugraph_ex._acl_concrete_graph.replace_stream_event`` (npugraph_ex's smoke tests import it):
+    torchair's pass, its stream scopes in npugraph_ex's namespace."""
+    import npugraph_ex  # noqa: F401
+    from npugraph_ex._acl_concrete_graph import replace_stream_event
+
+    replace_stream_event.GraphCounter.set_graph_id(-1)
+    targets = []
+
+    def func(t):
+        with torch.npu.stream(torch.npu.Stream()):
+            r = t + 1
+        return r
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event.replace_stream_event_pass(gm)
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    assert torch.compile(func, backend=backend)(torch.zeros(2, device="npu")).cpu().tolist() == [1, 1]
+    assert targets[0] == "npugraph_ex.scope_enter" and targets[-1] == "npugraph_ex.scope_exit"

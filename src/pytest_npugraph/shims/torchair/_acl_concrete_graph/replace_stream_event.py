@@ -23,11 +23,16 @@ def replace_stream_event_pass(gm):
     stream scopes and tagged events (``pytest_npugraph.compiler.stream_events``, the pass the aclgraph
     modes run); the tags take the next ``graph_<n>_`` of the test.  The nodes call the ops' packets
     (``torch.ops.air.scope_enter``), as TorchAir writes them, not their ``.default`` overloads."""
+    return scoped_replace_stream_event_pass(gm, "air")
+
+
+def scoped_replace_stream_event_pass(gm, namespace: str):
+    """The pass with the stream scopes in ``namespace`` (torchair: ``air``; npugraph_ex's own)."""
     import npugraph_ex.ops._tagged_event  # noqa: F401  (the npugraph_ex:: event ops the pass writes)
     from pytest_npugraph.compiler import stream_events
     from pytest_npugraph.runtime.runtime import current
 
-    gm = stream_events.replace_stream_event_pass(gm, "air", stream_events.next_graph_id(current()))
+    gm = stream_events.replace_stream_event_pass(gm, namespace, stream_events.next_graph_id(current()))
     changed = False
     for node in gm.graph.nodes:
         target = node.target
