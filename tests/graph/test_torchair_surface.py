@@ -507,11 +507,13 @@ def test_llm_datadist_checks_then_says_it_is_not_emulated():
 
 
 # ------------------------------------------------------------------------------ _optimize_fx
-def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch):
-    """TorchAir's smoke tests wrap ``torchair.npu_fx_compiler._optimize_fx`` to look at the optimised
-    graph; the backend calls it through the module attribute."""
-    import torchair.npu_fx_compiler as compiler_module
+@pytest.mark.parametrize("package", ["torchair", "npugraph_ex"])
+def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch, package):
+    """TorchAir's (and npugraph_ex's) smoke tests wrap ``<package>.npu_fx_compiler._optimize_fx`` to look
+    at the optimised graph; the backend calls it through the module attribute."""
+    import importlib
 
+    compiler_module = importlib.import_module(f"{package}.npu_fx_compiler")
     seen = []
     original = compiler_module._optimize_fx
 
@@ -522,7 +524,8 @@ def test_optimize_fx_is_the_step_a_test_can_wrap(monkeypatch):
 
     monkeypatch.setattr(compiler_module, "_optimize_fx", wrapper)
     torchair._acl_concrete_graph.replace_stream_event.GraphCounter.set_graph_id(-1)
-    compiled = torch.compile(lambda x: x.view(-1) + 1, backend=torchair.get_npu_backend(), fullgraph=True)
+    backend = torchair.get_npu_backend() if package == "torchair" else "npugraph_ex"
+    compiled = torch.compile(lambda x: x.view(-1) + 1, backend=backend, fullgraph=True)
     assert torch.equal(compiled(torch.ones(2, 2, device="npu")).cpu(), torch.full((4,), 2.0))
     assert seen == [["aten.reshape.default", "aten.add.Tensor"]]          # view -> reshape already done
 

@@ -8,7 +8,7 @@ __all__ = ["get_npu_backend", "get_compiler", "compile_fx"]
 
 from typing import Dict
 
-from torchair.npu_fx_compiler import _backend, _Flavor, _NpuFxCompiler
+from torchair.npu_fx_compiler import _backend, _Flavor, _NpuFxCompiler, _optimize_fx, _optimize_fx_of  # noqa: F401
 from npugraph_ex.configs.compiler_config import CompilerConfig, _process_kwargs_options
 
 
@@ -18,7 +18,8 @@ def _settings(config: CompilerConfig):
     from pytest_npugraph.compiler.settings import settings_from_config
     from torch_npu.npu.utils import _is_gte_cann_version
 
-    return settings_from_config(config, backend="npugraph_ex", cann_ge_9=_is_gte_cann_version("9.0.0", module="CANN"))
+    return settings_from_config(config, backend="npugraph_ex", cann_ge_9=_is_gte_cann_version("9.0.0", module="CANN")
+                                ).replace(optimize=_optimize_fx_of("npugraph_ex.npu_fx_compiler"))
 
 
 _NPUGRAPH_EX = _Flavor(CompilerConfig, _settings, _process_kwargs_options)

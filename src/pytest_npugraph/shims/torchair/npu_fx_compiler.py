@@ -52,11 +52,18 @@ def _optimize_fx(graph_module: torch.fx.GraphModule, config: CompilerConfig, obs
     return observer.gm
 
 
-def _run_optimize_fx(gm, settings, example_inputs):
-    import torchair.npu_fx_compiler as module     # the attribute, so a wrapper a test installs is called
+def _optimize_fx_of(module_name: str) -> Callable:
+    """The compiler's optimize step: ``<module_name>._optimize_fx`` looked up at each compile, so a
+    wrapper a test installs on that module is called (torchair's, or npugraph_ex's module)."""
+    def run(gm, settings, example_inputs):
+        import importlib
 
-    result = module._optimize_fx(gm, settings.config, _Observer(settings, example_inputs))
-    return gm if result is None else result
+        result = importlib.import_module(module_name)._optimize_fx(gm, settings.config, _Observer(settings, example_inputs))
+        return gm if result is None else result
+    return run
+
+
+_run_optimize_fx = _optimize_fx_of("torchair.npu_fx_compiler")
 
 
 @dataclass(frozen=True)
