@@ -5,6 +5,7 @@ TorchAir's own names (``graph_1``) stay in ``npugraph.graphs[i].name`` and its c
 import html
 import inspect
 import json
+import re
 
 import torch
 import torch_npu  # noqa: F401
@@ -63,7 +64,10 @@ def test_reduce_overhead_race_names_the_compiled_function_and_its_tags(npugraph)
     with npugraph.expect("race", match=r"npu:0/decode_step:tag '8' \(stream-\d+\) \w+ it .* "
                                        r"npu:0/decode_step:tag '7' \(stream-\d+\) may still be writing it"):
         _compile(decode_step, "reduce-overhead")(*_ones())
-    assert not any("graph_" in label for label in _stream_labels(npugraph))
+    labels = _stream_labels(npugraph)
+    assert not any("graph_" in label for label in labels)
+    # the stream its captures allocate on is the graph's too, not an anonymous pool stream
+    assert sum(re.fullmatch(r"npu:0/decode_step:capture \(stream-\d+\)", label) is not None for label in labels) == 1
     (record,) = npugraph.graphs
     assert (record.name, record.label) == ("graph_1", "decode_step")     # TorchAir's name stays in the record
     replayed = {str(r.graph) for r in npugraph.trace.records if type(r) is T.Kernel and r.graph is not None}

@@ -222,6 +222,7 @@ class AclConcreteGraph:
     def compile(self, rt, args) -> str:
         if not self.captured:
             self.stream = torch.npu.Stream()
+            rt.name_stream(self.stream._state, f"{self.label}:capture")    # where its captures allocate
             self.pool = self.pool_config if self.pool_config is not None else torch.npu.graph_pool_handle()
             with torch.npu.graph(torch.npu.NPUGraph(), pool=self.pool, stream=self.stream):
                 pass    # TorchAir initialises the pool with an empty capture
