@@ -4,11 +4,12 @@ cannot go stale again.
 A fenced block in docs/ is marked by the HTML comment right above it:
 
 * ``<!-- sample-code: examples/test_x.py -->`` above a code block: each of its lines (``...`` lines
-  left out, whitespace and indentation ignored) is a line of that file, in the same order;
+  left out, whitespace, indentation and comments ignored) is a line of that file, in the same order;
 * ``<!-- sample-output: examples/test_x.py::test_name KIND -->`` above a text block: the block is the
   report of a KIND hazard found when that test runs;
 * ``<!-- sample-output: pytest FILE -->`` above a text block: the block is in the terminal output
-  of ``pytest FILE``, FILE being the code block of the same page whose first line is ``# FILE``.
+  of ``pytest FILE`` (of its directory for a conftest.py), FILE being the code block of the same page
+  whose first line is ``# FILE``.
 
 Compared with whitespace collapsed (docs wrap long lines) and device addresses (``0x12c000200000``,
 which change between runs) left out; a ``...`` in a sample stands for text left out.  Every text block
@@ -61,7 +62,9 @@ def shown_in(sample: str, real: str, whole: bool) -> bool:
 
 
 def _code_lines(text: str) -> list:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip() and line.strip() != "..."]
+    """Lines of code, whitespace collapsed, comments (the docs may word them for the page) left out."""
+    lines = (" ".join(re.sub(r"(^|\s)#.*$", "", line).split()) for line in text.splitlines())
+    return [line for line in lines if line and line != "..."]
 
 
 # ------------------------------------------------------------------------------ the checks can fail
@@ -122,8 +125,11 @@ def test_report_samples_are_what_the_example_reports(page, source, text, example
                          ids=lambda v: str(v)[:60])
 def test_terminal_samples_are_what_pytest_prints(page, source, text, pytester):
     name = source.split()[1]
-    (code,) = [t for p, _, lang, t in blocks() if p == page and lang == "python" and t.startswith(f"# {name}\n")]
-    pytester.makepyfile(**{name[:-3]: code})
-    run = pytester.runpytest_subprocess(name, "-p", "no:randomly", "-p", "no:cacheprovider")
-    real = run.stdout.str()
+    (code,) = [t for p, _, lang, t in blocks() if p == page and lang == "python" and t.split("\n", 1)[0].split()[:2] == ["#", name]]
+    path = pytester.path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(code, encoding="utf-8")
+    target = str(path.parent if path.name == "conftest.py" else path)      # a conftest: run its directory
+    run = pytester.runpytest_subprocess(target, "-p", "no:randomly", "-p", "no:cacheprovider")
+    real = run.stdout.str() + "\n" + run.stderr.str()
     assert shown_in(text, real, whole=False), f"{page}: the sample is not in the output of pytest {name}:\n{real}"
