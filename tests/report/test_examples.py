@@ -1,9 +1,13 @@
 """The examples suite is the README's main job: every hazard kind that has an analysis has an
 example that catches it, and ``pytest examples`` passes with each of those kinds in its summary."""
+import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from pytest_npugraph.analysis import REGISTRY
 from pytest_npugraph.hazard import KINDS
@@ -19,10 +23,49 @@ def test_every_analysed_kind_has_an_example_expecting_it():
     assert expected <= set(KINDS)
 
 
-def test_the_examples_pass_and_summarise_every_analysed_kind_as_caught():
+DUMP = """
+import json, os
+def pytest_npugraph_hazard(item, hazard):
+    with open(os.environ["EXAMPLES_HAZARDS"], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"test": item.nodeid, "kind": hazard.kind, "message": hazard.message}) + "\\n")
+"""
+SCREEN = (40, 120)     # a report fits one screen: at most 40 lines of 120 columns (docs/reference.md, "Reports")
+
+
+@pytest.fixture(scope="module")
+def examples_run(tmp_path_factory):
+    """One run of the examples suite: (the completed process, every hazard it reported)."""
+    tmp = tmp_path_factory.mktemp("examples")
+    (tmp / "examples_hazards_dump.py").write_text(DUMP, encoding="utf-8")
+    out = tmp / "hazards.jsonl"
+    env = {**os.environ, "EXAMPLES_HAZARDS": str(out), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(tmp), os.environ.get("PYTHONPATH")) if p)}
     run = subprocess.run([sys.executable, "-m", "pytest", str(EXAMPLES), "-q", "-p", "no:randomly",
-                          "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"],
-                         cwd=EXAMPLES.parent, capture_output=True, text=True, timeout=900)
+                          "-p", "no:cacheprovider", "-p", "examples_hazards_dump", "-W", "ignore::DeprecationWarning"],
+                         cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=900)
+    reported = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()] if out.exists() else []
+    return run, reported
+
+
+def screen_lines(message: str, width: int = SCREEN[1]) -> int:
+    """The lines ``message`` takes on a terminal ``width`` columns wide."""
+    return sum(max(1, -(-len(line) // width)) for line in message.splitlines())
+
+
+def test_screen_lines_counts_wrapped_lines():
+    assert screen_lines("a" * 120) == 1 and screen_lines("a" * 121) == 2 and screen_lines("x\n\ny") == 3
+
+
+def test_every_example_report_fits_one_screen(examples_run):
+    _, reported = examples_run
+    assert len({r["kind"] for r in reported}) >= len(ANALYSED)       # every kind's report was measured
+    too_long = [(r["test"], r["kind"], screen_lines(r["message"])) for r in reported
+                if screen_lines(r["message"]) > SCREEN[0]]
+    assert too_long == []
+
+
+def test_the_examples_pass_and_summarise_every_analysed_kind_as_caught(examples_run):
+    run, _ = examples_run
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     table = run.stdout.split("npugraph hazards by kind", 1)[1]
     rows = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(r"^([\w-]+) +(\d+) +(\d+) ", table, re.M)}
