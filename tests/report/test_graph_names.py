@@ -90,6 +90,17 @@ def test_a_second_graph_of_the_same_function_is_numbered(npugraph):
     assert [g.name for g in npugraph.graphs] == ["graph_1", "graph_2"]
 
 
+def test_the_graphs_around_a_graph_break_keep_the_functions_name(npugraph):
+    def mlp(x):
+        h = x * 2
+        torch._dynamo.graph_break()
+        return h + 1
+
+    out = torch.compile(mlp, backend=_backend("reduce-overhead"), dynamic=False)(torch.ones(4, device="npu"))
+    assert out.cpu().tolist() == [3.0] * 4
+    assert [g.label for g in npugraph.graphs] == ["mlp", "mlp#2"]   # not torch_dynamo_resume_in_mlp_at_N
+
+
 def test_a_lambda_is_named_by_its_line(npugraph):
     square = _compile(lambda x: x * x, "reduce-overhead")
     square(torch.ones(4, device="npu"))
