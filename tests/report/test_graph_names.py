@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 
+import pytest
 import torch
 import torch_npu  # noqa: F401
 import torchair
@@ -214,3 +215,20 @@ def test_text_timeline_and_html_use_the_same_graph_names(npugraph):
     assert html.escape(race.message) in page                     # the hazard list: the text report's message
     assert json.dumps(tag7) in page and '"graph":"decode_step#replay1"' in page   # the drawn timeline's data
     assert "graph_1" not in page
+
+
+def _capture_twice(rank):
+    x = torch.ones(4, device="npu")
+    for _ in range(2):
+        with torch.npu.graph(torch.npu.NPUGraph()):
+            x * 2
+    return rank
+
+
+@pytest.mark.npu_devices(2)
+def test_captures_under_run_ranks_are_numbered_per_rank(npugraph):
+    """Each rank captures its own graphs: their names say the rank and do not follow thread timing."""
+    assert npugraph.run_ranks(_capture_twice) == [0, 1]
+    begin = _line(_capture_twice, "with torch.npu.graph(")
+    names = sorted(m.graph.label for m in npugraph.trace.records if type(m) is T.CaptureBegin)
+    assert names == sorted(f"NPUGraph@{HERE}:{begin}{n} of rank {r}" for r in (0, 1) for n in ("", "#2"))

@@ -12,7 +12,8 @@ timelines alike (they all read the names from the trace):
   ``with torch.npu.graph(...)`` line (or ``capture_begin()``, ``make_graphed_callables``):
   ``NPUGraph@test_x.py:12``;
 * a second graph of the same name in a test (a graph break, a recompile, the backward graph, a
-  capture in a loop) gets ``#2``, ``#3``: ``decode_step#2``;
+  capture in a loop) gets ``#2``, ``#3``: ``decode_step#2``; a capture in an ``npugraph.run_ranks``
+  thread says its rank (``NPUGraph@test_x.py:12 of rank 1``);
 * a reduce-overhead graph key is shown only when it says something (``decode_step[[4]]`` for the
   key of input shape ``[4]``); TorchAir's ``no_updated_input`` and parameter-address hash are not
   (``trace.GraphCall.label``).
@@ -69,11 +70,12 @@ def _stack_trace_name(gm) -> Optional[str]:
     return None
 
 
-def unique(rt, name: str) -> str:
-    """``name`` the first time in this test, then ``name#2``, ``name#3``."""
+def unique(rt, name: str, rank=None) -> str:
+    """``name`` the first time in this test (on this rank), then ``name#2``, ``name#3``; a rank's
+    names end ``of rank N``."""
     seen = rt.extensions.setdefault("graph_names.seen", {})
-    seen[name] = seen.get(name, 0) + 1
-    return name if seen[name] == 1 else f"{name}#{seen[name]}"
+    n = seen[rank, name] = seen.get((rank, name), 0) + 1
+    return (name if n == 1 else f"{name}#{n}") + ("" if rank is None else f" of rank {rank}")
 
 
 def compiled(rt, function: Optional[str], torchair_name: str) -> str:
@@ -82,6 +84,10 @@ def compiled(rt, function: Optional[str], torchair_name: str) -> str:
 
 
 def captured(rt, site) -> str:
-    """The report name of a ``torch.npu.NPUGraph`` capture begun at ``site``."""
-    return unique(rt, "NPUGraph" if site is None or site == UNKNOWN_SITE else f"NPUGraph@{site}")
+    """The report name of a ``torch.npu.NPUGraph`` capture begun at ``site``; in an
+    ``npugraph.run_ranks`` thread ``... of rank 1``, numbered per rank: each rank captures its own
+    graphs, and a count shared by the ranks' threads would follow their timing."""
+    name = "NPUGraph" if site is None or site == UNKNOWN_SITE else f"NPUGraph@{site}"
+    rank = rt.thread().rank
+    return unique(rt, name, None if rank is None else rank[1])
 
