@@ -100,6 +100,11 @@ def register_with_dynamo() -> None:
             handlers[fn] = handlers[original]
         if fn.__name__ in ("tensor", "as_tensor", "asarray"):
             rules[f"torch.{fn.__name__}"] = TorchInGraphFunctionVariable
+        elif fn.__name__ in ("to", "new_tensor"):
+            # under a torch function mode (``torch.set_default_device``) Dynamo calls the method
+            # through the mode with the function ``torch.Tensor.<name>`` itself: in-graph, as the
+            # method is, not inlined into the wrapper (whose C method it cannot trace: a graph break)
+            rules[f"torch.Tensor#{fn.__name__}"] = TorchInGraphFunctionVariable
     trace_rules.torch_name_rule_map.append(rules)
     trace_rules.clear_lru_cache()
 
