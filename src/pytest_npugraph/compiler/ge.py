@@ -160,7 +160,7 @@ class GeGraph:
         self.record.runs += 1
         with on_device(device, rt):
             plan = self.plan
-            if plan is not None or not self.plan_reason:
+            if (plan is not None or not self.plan_reason) and ge_plan.ENABLED:
                 key, blocks = ge_plan.GePlan.key_of(rt, device, args)
                 if key is not None:
                     launch = rt.current_stream(device)

@@ -42,6 +42,8 @@ from ..runtime.tensor import METADATA_INPLACE, NpuTensor, _plan, _remember_block
 from . import fxgraph
 from .runner import _dense_kernel
 
+ENABLED = True      # False: every run goes op by op (the differential test compares the two)
+
 _KEPT_AIR = {fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT, "air.wait_tensor.default"}
 # dispatch handlers whose effects all show in the trace (the recorded run is checked) or that run
 # the op on its payloads: a node dispatched to any other handler stops the plan
