@@ -257,7 +257,8 @@ class GePlan:
     # ------------------------------------------------------------------------- run
     def run(self, rt, args, key, blocks):
         """One run: the math on the payloads, then the recorded work appended with fresh memory."""
-        outs = self.math(*[a._payload for a in args])
+        with torch.no_grad():       # dispatch computes below autograd: payload results never require grad
+            outs = self.math(*[a._payload for a in args])
         caller = first_user(sys._getframe(2))
         launch = rt.current_stream(self.device)
         new_blocks = self.stretch.append(rt, launch, self.origin, blocks, caller)

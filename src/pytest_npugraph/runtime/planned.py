@@ -192,7 +192,8 @@ class Memory:
 
     def spans(self, specs) -> tuple:
         los, bids = self.los, self.bids
-        return tuple((device, los[b] + dlo, los[b] + dhi, bids[b]) + extra for b, dlo, dhi, device, extra in specs)
+        return tuple([(device, los[b] + dlo, los[b] + dhi, bids[b]) if not extra else
+                      (device, los[b] + dlo, los[b] + dhi, bids[b]) + extra for b, dlo, dhi, device, extra in specs])
 
     def malloc(self, stream, base: int, nbytes: int, device: int, site) -> None:
         rt = self.rt
