@@ -185,7 +185,10 @@ class GePlan:
         self.key = key
         self.outputs = outputs            # per output: ("arg", i) | ("block", base) | ("value",)
         self.device = device
-        self.first_stream = next((t[1] for t in stretch.tasks if t[1] is not None and t[1] is not origin), None)
+        # the stream of the first node an op-by-op run makes current (ge._GeRunner.execute), if any
+        first = next((n for n in graph.gm.graph.nodes if n.op not in ("placeholder", "output")
+                      and fxgraph.target_name(n) not in (fxgraph.SCOPE_ENTER, fxgraph.SCOPE_EXIT)), None)
+        self.first_stream = None if first is None else graph.streams[graph.lane[first]]
 
     # ------------------------------------------------------------------- recording
     @staticmethod
