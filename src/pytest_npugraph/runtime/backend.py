@@ -104,6 +104,14 @@ def register_with_dynamo() -> None:
     trace_rules.clear_lru_cache()
 
 
+def register_with_aot_autograd() -> None:
+    """A compiled backward takes NPU tensors as plain tensors (``compiled_backward``): called when
+    ``torch._dynamo`` is first imported, before any backward is compiled."""
+    from . import compiled_backward
+
+    compiled_backward.install()
+
+
 # ------------------------------------------------------------------- kernels
 def _target_device(args, kwargs) -> int:
     for value in list(kwargs.values()) + list(args):
