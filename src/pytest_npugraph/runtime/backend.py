@@ -291,7 +291,7 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, autograd_streams, pinned, serialization, storage
+    from . import autocast, autograd_streams, pinned, rank_rng, serialization, storage
     from .ops import library
 
     library.install()
@@ -304,4 +304,5 @@ def install(npu_module) -> None:
     autocast.install()
     autograd_streams.install()
     pinned.install()
+    rank_rng.install()          # wraps pinned's factories
     _installed = True

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .. import rank_rng
 from ..executor import DeviceHang
 from .errors import CollectiveAborted
 from .ranks import _POLL, Job, binding
@@ -45,6 +46,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
     def main(rank: int) -> None:
         runtime.thread().rank = (job, rank)
         runtime.set_current_device(rank)
+        rank_rng.enter_rank()           # its own CPU generator, as a rank process has
         failed = False
         try:
             if context is None:
@@ -58,6 +60,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
         finally:
             job.finish(rank, failed)
             runtime.thread().rank = None
+            rank_rng.leave_rank()
 
     threads = [threading.Thread(target=main, args=(rank,), name=f"npugraph-rank-{rank}", daemon=True)
                for rank in range(size)]
