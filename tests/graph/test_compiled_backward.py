@@ -235,3 +235,33 @@ def test_compiled_forward_and_backward_inside_a_capture_are_captured(npugraph):
     captured = [k for k in npugraph.trace.records if isinstance(k, T.Kernel) and "threshold_backward" in k.op]
     assert captured and all(k.graph is not None for k in captured)
     npugraph.assert_clean()
+
+
+class _DropoutNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.ln, self.l2 = torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+        self.drop = torch.nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.l2(self.drop(torch.nn.functional.gelu(self.ln(self.l1(x)))))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_in_a_compiled_training_step_draws_as_eager_after_the_same_npu_seed(npugraph, mode):
+    torch.manual_seed(0)
+    net = _DropoutNet().npu()
+    eager = copy.deepcopy(net)
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1)).npu()
+    outs = []
+    for model in (compiled(net, mode), eager):
+        torch.npu.manual_seed(5)
+        y = model(x)
+        y.square().mean().backward()
+        outs.append(y.detach().cpu())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for a, b in zip(net.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad.cpu(), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        assert not torch.allclose(eager.eval()(x).cpu(), outs[1])    # the dropout did drop
+    npugraph.assert_clean()
