@@ -78,8 +78,10 @@ def _on_npu(args, kwargs) -> bool:
 def _on_rank_generator(original):
     @functools.wraps(original)
     def call(*args, **kwargs):
+        if _dynamo_tracing():               # first: Dynamo folds it to True and traces torch's function
+            return original(*args, **kwargs)
         g = getattr(_local, "generator", None)
-        if g is None or _local.inside or _dynamo_tracing() or _on_npu(args, kwargs):
+        if g is None or _local.inside or _on_npu(args, kwargs):
             return original(*args, **kwargs)
         _local.inside = True
         try:
