@@ -106,7 +106,8 @@ def register_with_dynamo() -> None:
 
 def register_with_aot_autograd() -> None:
     """A compiled backward takes NPU tensors as plain tensors (``compiled_backward``): called when
-    ``torch._dynamo`` is first imported, before any backward is compiled."""
+    ``torch._dynamo`` is first imported (and again when Dynamo first traces an NPU tensor, if
+    AOTAutograd was still loading then), before any backward is compiled."""
     from . import compiled_backward
 
     compiled_backward.install()

@@ -14,10 +14,13 @@ plain tensor is brought to the traced memory format (what the check does for a p
 passed on as it is; everything else goes to torch's check unchanged.  The compiled backward then
 runs as one autograd node, on its forward's stream with the engine's syncs (``autograd_streams``).
 
-Installed when ``torch._dynamo`` is first imported (the shims' Dynamo setup), before any backward
-is compiled: AOTAutograd binds the check into each compiled backward's prologue when it compiles it.
+Installed when ``torch._dynamo`` is first imported (the shims' Dynamo setup), or at the latest when
+Dynamo first traces an NPU tensor, before AOTAutograd compiles the graph: it binds the check into
+each compiled backward's prologue when it compiles it.
 """
 from __future__ import annotations
+
+import sys
 
 _original = None
 
@@ -37,13 +40,19 @@ def _process_runtime_tangent(x, meta, *args, **kwargs):
     return _original(x, meta, *args, **kwargs)
 
 
-def install() -> None:
-    """Route AOTAutograd's tangent check through ``_process_runtime_tangent`` (idempotent)."""
+def install() -> bool:
+    """Route AOTAutograd's tangent check through ``_process_runtime_tangent`` (idempotent).  Imports
+    nothing: when AOTAutograd's runtime module is not loaded yet, or is still loading (it imports
+    ``torch._dynamo`` at its top, whose import runs this), it returns False and the next call
+    (tracing an NPU tensor, ``tensor._fake_on_npu``) does it; importing it here from inside that
+    import chain was a circular import."""
     global _original
     if _original is not None:
-        return
-    import torch._functorch.aot_autograd  # noqa: F401  (runtime_wrappers imports in this order)
-    from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd
-
-    _original = AOTDispatchAutograd.process_runtime_tangent
-    AOTDispatchAutograd.process_runtime_tangent = staticmethod(_process_runtime_tangent)
+        return True
+    wrappers = sys.modules.get("torch._functorch._aot_autograd.runtime_wrappers")
+    cls = getattr(wrappers, "AOTDispatchAutograd", None)
+    if cls is None or not hasattr(wrappers, "coerce_to_expected_memory_format"):
+        return False
+    _original = cls.process_runtime_tangent
+    cls.process_runtime_tangent = staticmethod(_process_runtime_tangent)
+    return True
