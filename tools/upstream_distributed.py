@@ -8,17 +8,18 @@ Usage (``--repo``: a checkout of github:Ascend/pytorch, or a bare git directory 
 mirror, read at ``--ref``)::
 
     python tools/upstream_distributed.py --repo /path/to/Ascend-pytorch [--ref HEAD]
-        [--files test_allreduce ...] [--test-timeout 300] [--file-timeout 1800] [--out results.json]
+        [--files test_allreduce ...] [--stall 90] [--test-timeout 1200] [--file-timeout 3600] [--out results.json]
         [--keep DIR]
 
 Each file runs in its own ``python -m pytest -v -p no:randomly -p no:cacheprovider`` (the plugin
 emulates ``torch_npu``; test/distributed's top-level modules are copied into a scratch folder, as some
 import their siblings, so the checkout's conftest/pytest.ini stay out).  A ``conftest.py`` beside the
 copies marks every test ``npu_devices(8)`` (a machine of 8 cards) and logs each test's start and
-outcome (with the crash line: its cause) to a JSON-lines file as it happens.  A test still running
-after ``--test-timeout`` seconds is a **hang**: the file's process group (pytest and the rank processes
-it started) is ended and the file starts again without the tests already seen, so one hang costs one
-test, not the file.  Upstream hard-codes ``MASTER_PORT=29500``: files run one at a time.
+outcome (with the crash line: its cause) to a JSON-lines file as it happens.  A test whose processes
+(pytest and the rank processes it started: one process group) stop making progress is a **hang**: no
+process started or ended and less than a second of CPU used in ``--stall`` seconds (a slow test that
+starts ranks one world after another is not one), or it ran past ``--test-timeout``.  The group is
+then ended and the file starts again without the tests already seen, so one hang costs one test.  Upstream hard-codes ``MASTER_PORT=29500``: files run one at a time.
 
 Printed: passed / failed / errors / skipped / hung per file, the totals, and the causes by count (the
 crash line with numbers and addresses folded, so one cause counts once).
@@ -51,7 +52,7 @@ FILES = (
 LOG_ENV = "NPUGRAPH_UPSTREAM_LOG"
 
 CONFTEST = """
-import json, os, time
+import json, os, re, time
 import pytest
 
 def pytest_collection_modifyitems(items):
@@ -75,6 +76,11 @@ def pytest_runtest_logreport(report):
         cause = str(report.longrepr[2])
     else:
         cause = str(report.longrepr or "")
+    # a rank process's own error (the test itself often says only "subprocess exit with abnormal code")
+    child = [line for line in (report.capstderr or "").splitlines()
+             if re.match(r"[A-Za-z_][\\w.]*(Error|Exception|Hang|Aborted|Exit)\\b", line)]
+    if child:
+        cause = cause.splitlines()[0][:80] + " <- rank: " + child[-1] if cause else child[-1]
     _log({"report": report.nodeid, "when": report.when, "outcome": report.outcome, "cause": cause})
 """ % LOG_ENV
 
@@ -123,7 +129,25 @@ def _outcomes(entries: list) -> dict:
     return out
 
 
-def run_file(files: dict, name: str, test_timeout: float, file_timeout: float, scratch: str) -> dict:
+def _group_progress(pgid: int) -> tuple:
+    """(pids, CPU seconds) of the live processes of process group ``pgid`` (Linux /proc)."""
+    pids, ticks = [], 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+            ticks += int(fields[11]) + int(fields[12])
+    return frozenset(pids), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_file(files: dict, name: str, test_timeout: float, stall: float, file_timeout: float,
+             scratch: str) -> dict:
     folder = os.path.join(scratch, name)
     os.makedirs(folder, exist_ok=True)
     for module, text in files.items():
@@ -150,12 +174,18 @@ def run_file(files: dict, name: str, test_timeout: float, file_timeout: float, s
             proc = subprocess.Popen(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             stalled = None
+            last = (None, None, 0.0, time.monotonic())   # test, pids, CPU seconds, when they last moved
             while proc.poll() is None:
-                time.sleep(1.0)
+                time.sleep(2.0)
                 entries = _read_log(log)
                 state = _outcomes(entries)
                 running = [e for e in entries if "start" in e and state.get(e["start"], ("",))[0] == "running"]
-                if running and time.time() - running[-1]["time"] > test_timeout:
+                test = running[-1]["start"] if running else None
+                pids, cpu = _group_progress(proc.pid)
+                if test != last[0] or pids != last[1] or cpu - last[2] > 1.0:
+                    last = (test, pids, cpu, time.monotonic())
+                if test and (time.time() - running[-1]["time"] > test_timeout
+                             or time.monotonic() - last[3] > stall):
                     stalled = running[-1]["start"]
                 elif time.monotonic() - started > file_timeout:
                     stalled = running[-1]["start"] if running else "(the file)"
@@ -182,7 +212,7 @@ def run_file(files: dict, name: str, test_timeout: float, file_timeout: float, s
         attempt += 1
     state = _outcomes(_read_log(log))
     for nodeid in hung:
-        state[nodeid] = ("hang", "hang: still running after the per-test timeout (ended)")
+        state[nodeid] = ("hang", "hang: no progress (or past the per-test timeout); ended")
     tests = [{"name": nodeid.split("::")[-1], "outcome": o, "cause": c} for nodeid, (o, c) in state.items()]
     result = {"file": name, "seconds": round(time.monotonic() - started), "tests": tests}
     if collect_error:
@@ -202,9 +232,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repo", required=True, help="a checkout of github:Ascend/pytorch or its git directory")
     parser.add_argument("--ref", default="HEAD", help="the commit to read from a git directory (default HEAD)")
     parser.add_argument("--files", nargs="*", default=list(FILES))
-    parser.add_argument("--test-timeout", type=float, default=300.0,
-                        help="seconds a test may run before it counts as a hang (default 300)")
-    parser.add_argument("--file-timeout", type=float, default=1800.0, help="seconds per file (default 1800)")
+    parser.add_argument("--test-timeout", type=float, default=1200.0,
+                        help="seconds a test may run before it counts as a hang (default 1200)")
+    parser.add_argument("--stall", type=float, default=90.0,
+                        help="seconds without progress (no process started or ended, under 1 s of CPU) that make "
+                             "a running test a hang (default 90)")
+    parser.add_argument("--file-timeout", type=float, default=3600.0, help="seconds per file (default 3600)")
     parser.add_argument("--out", default=None, help="write the results as JSON")
     parser.add_argument("--keep", default=None, help="run in this folder and keep it (outputs, test logs)")
     options = parser.parse_args(argv)
@@ -212,7 +245,7 @@ def main(argv=None) -> int:
     files = sources(options.repo, options.ref)
     results = []
     for name in options.files:
-        result = run_file(files, name, options.test_timeout, options.file_timeout, scratch)
+        result = run_file(files, name, options.test_timeout, options.stall, options.file_timeout, scratch)
         counts = collections.Counter(t["outcome"] for t in result["tests"])
         state = "collect error" if "collect_error" in result else ""
         print(f"{name:<32} {counts['passed']:>3} passed {counts['failed']:>3} failed {counts['error']:>3} errors "
