@@ -321,3 +321,29 @@ def test_a_world_larger_than_the_test_outside_run_ranks_is_a_clear_error(npugrap
     with pytest.raises(RuntimeError, match=r"world_size=2\) outside npugraph.run_ranks"):
         dist.init_process_group("hccl", rank=0, world_size=2, store=dist.HashStore())
     assert not dist.is_initialized()
+
+
+def _internal_format_view(rank, which):
+    """An all_to_all whose input or output is a FRACTAL_NZ tensor's view at an offset (torch_npu's
+    test_all_to_all): ProcessGroupHCCL refuses it before launching; an ND view at an offset is fine."""
+    torch_npu.npu.config.allow_internal_format = True
+    base = torch.zeros(6, 4).npu()
+    if which != "nd":
+        base = torch_npu.npu_format_cast(base, 29)
+    view = base[2:]
+    other = torch.ones(4, 4).npu() * (rank + 1)
+    inputs, outputs = ([view], [other]) if which == "input" else ([other], [view])
+    if which == "nd":
+        inputs, outputs = [view.fill_(rank + 1)], [torch.zeros(4, 4).npu()]
+    try:
+        dist.all_to_all(outputs, inputs)
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    return outputs[0].sum().item()
+
+
+@pytest.mark.npu_devices(1)
+@pytest.mark.parametrize("which", ["input", "output", "nd"])
+def test_an_internal_format_view_at_an_offset_is_refused_as_hccl_refuses_it(npugraph, which):
+    expected = 16.0 if which == "nd" else "For a tensor of internal format, it's storage_offset must be 0"
+    assert npugraph.run_ranks(_internal_format_view, which) == [expected]

@@ -22,6 +22,8 @@ from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as C
 from pytest_npugraph.runtime import hccl_modes
 from pytest_npugraph.runtime.collectives import processes
+from pytest_npugraph.runtime.errors import ErrCode, dist_error
+from pytest_npugraph.runtime.ops.layout import storage_format
 from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
@@ -90,6 +92,22 @@ def _flatten(lists) -> list:
     return [t for ts in lists for t in ts]
 
 
+_BASE_FORMATS = (0, 1, 2, 30)     # NCHW, NHWC, ND, NCDHW: FormatHelper::IsBaseFormatType
+
+
+def _check_tensors(tensors) -> None:
+    """ProcessGroupHCCL's checks of every tensor a collective or send/recv takes (check_npu_single_tensor
+    and its list forms): HCCL addresses an internal-format tensor by its whole storage, so a view into
+    one at an offset is refused before anything is launched."""
+    for t in tensors:
+        payload = getattr(t, "_payload", None)
+        if payload is None or not t.storage_offset():
+            continue
+        if storage_format(payload) not in _BASE_FORMATS:
+            raise RuntimeError("For a tensor of internal format, it's storage_offset must be 0"
+                               + dist_error(ErrCode.NOT_SUPPORT))
+
+
 class HcclProcessGroup(dist.ProcessGroup):
     """A process group of the emulated HCCL backend on one rank thread."""
 
@@ -150,6 +168,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         if C.binding() != self._owner:
             raise RuntimeError(f"{op}: process group {self._name!r} belongs to rank {self._thread}'s thread; a "
                                f"rank uses the groups it created")
+        _check_tensors(tuple(inputs) + tuple(outputs))
         call = C.Call(op, f"hccl::{KINDS.get(op, op)}", tuple(inputs), tuple(outputs), params)
         self._job.issue(self._comm, self._thread, call)
         return _done(list(outputs))
@@ -221,6 +240,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                                f"rank uses the groups it created")
         if len(tensors) != 1:
             raise RuntimeError(f"{kind}: the hccl backend takes one tensor per call, got {len(tensors)}")
+        _check_tensors(tensors)
         self._job.point_to_point(self._comm, self._thread, kind, tensors[0], peer)
         return _done(list(tensors))
 
