@@ -50,6 +50,18 @@ FILES = (
 )
 
 LOG_ENV = "NPUGRAPH_UPSTREAM_LOG"
+STACKS_ENV = "NPUGRAPH_UPSTREAM_STACKS"
+
+# every Python process of a file's run (pytest, its rank processes: the plugin's child bootstrap runs the
+# next sitecustomize on the path) dumps its threads' stacks on SIGUSR1, which the harness sends a hang
+SITECUSTOMIZE = """
+import faulthandler, os, signal
+_folder = os.environ.get("%s")
+if _folder:
+    os.makedirs(_folder, exist_ok=True)
+    _stacks = open(os.path.join(_folder, "%%d.txt" %% os.getpid()), "w")
+    faulthandler.register(signal.SIGUSR1, file=_stacks, all_threads=True)
+""" % STACKS_ENV
 
 CONFTEST = """
 import json, os, re, time
@@ -82,7 +94,11 @@ def pytest_runtest_logreport(report):
     if child:
         cause = cause.splitlines()[0][:80] + " <- rank: " + child[-1] if cause else child[-1]
     _log({"report": report.nodeid, "when": report.when, "outcome": report.outcome, "cause": cause})
-""" % LOG_ENV
+    if report.failed:
+        with open(os.environ["%s"] + ".failures", "a") as f:
+            f.write("=" * 30 + " " + report.nodeid + " (" + report.when + ")\\n" + report.longreprtext + "\\n"
+                    + (report.capstderr or "")[-6000:] + "\\n")
+""" % (LOG_ENV, LOG_ENV)
 
 
 def sources(repo: str, ref: str) -> dict:
@@ -155,11 +171,19 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
             f.write(text)
     with open(os.path.join(folder, "conftest.py"), "w") as f:
         f.write(CONFTEST)
+    with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE)
     log = os.path.join(folder, "tests.jsonl")
-    if os.path.exists(log):
-        os.remove(log)
+    for old in (log, log + ".failures"):
+        if os.path.exists(old):
+            os.remove(old)
     env = dict(os.environ, NPUGRAPH_COLLECTIVE_TIMEOUT=os.environ.get("NPUGRAPH_COLLECTIVE_TIMEOUT", "60"))
     env[LOG_ENV] = log
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), folder) if p)
+    # bytecode cached outside the trees (an environment that writes none recompiles every rank's imports)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(scratch, "pycache"))
+    stacks_of: dict = {}
     started = time.monotonic()
     hung: list = []
     attempt = 0
@@ -170,6 +194,7 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
                    "--rootdir", folder, os.path.join(folder, name + ".py")]
         command += [f"--deselect={nodeid}" for nodeid in seen]
         output_path = os.path.join(folder, f"output{attempt}.txt")
+        env[STACKS_ENV] = os.path.join(folder, f"stacks{attempt}")
         with open(output_path, "w") as out:
             proc = subprocess.Popen(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -190,6 +215,8 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
                 elif time.monotonic() - started > file_timeout:
                     stalled = running[-1]["start"] if running else "(the file)"
                 if stalled:
+                    os.killpg(proc.pid, signal.SIGUSR1)     # every process says where it waits (SITECUSTOMIZE)
+                    time.sleep(3.0)
                     os.killpg(proc.pid, signal.SIGKILL)     # the file's pytest and the rank processes it started
                     proc.wait()
                     break
@@ -205,6 +232,7 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
                     collect_error = _cause(text[-3000:])
             break
         hung.append(stalled)
+        stacks_of[stalled] = _stacks(env[STACKS_ENV], proc.pid)
         with open(log, "a") as f:
             f.write(json.dumps({"report": stalled, "when": "call", "outcome": "hang", "cause": ""}) + "\n")
         if time.monotonic() - started > file_timeout:
@@ -212,12 +240,39 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
         attempt += 1
     state = _outcomes(_read_log(log))
     for nodeid in hung:
-        state[nodeid] = ("hang", "hang: no progress (or past the per-test timeout); ended")
+        state[nodeid] = ("hang", "hang: " + stacks_of.get(nodeid, "no progress; ended"))
     tests = [{"name": nodeid.split("::")[-1], "outcome": o, "cause": c} for nodeid, (o, c) in state.items()]
     result = {"file": name, "seconds": round(time.monotonic() - started), "tests": tests}
     if collect_error:
         result["collect_error"] = collect_error
     return result
+
+
+def _innermost(text: str) -> str:
+    """The innermost frame of a faulthandler dump's first thread: "file.py:function"."""
+    for line in text.splitlines():
+        found = re.match(r'\s+File "([^"]+)", line \d+ in (\S+)', line)
+        if found:
+            return f"{os.path.basename(found.group(1))}:{found.group(2)}"
+    return "?"
+
+
+def _stacks(folder: str, pytest_pid: int) -> str:
+    """Where the test process and its rank processes waited when the hang was ended."""
+    parent, ranks = "?", []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        with open(os.path.join(folder, name), errors="replace") as f:
+            text = f.read()
+        if not text.strip():
+            continue
+        blocks = [b for b in text.split("\n\n") if "File " in b]
+        main = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[-1] if blocks else "")
+        where = _innermost(main)
+        if name == f"{pytest_pid}.txt":
+            parent = where
+        else:
+            ranks.append(where)
+    return f"test process in {parent}; {len(ranks)} other process(es) in {', '.join(sorted(set(ranks))) or '-'}"
 
 
 def _cause(text: str) -> str:
