@@ -15,7 +15,8 @@ While a test runs, the plugin sets two environment variables (restored after the
   Python process that sees ``NPUGRAPH_CHILD`` (it does nothing otherwise, and runs the next
   ``sitecustomize`` on the path).
 
-``multiprocessing``'s fork children inherit the emulation with the process: ``os.register_at_fork``
+A test that waits in ``multiprocessing`` for children that ended with an error is ended, not left
+hanging (child_watch.py).  ``multiprocessing``'s fork children inherit the emulation with the process: ``os.register_at_fork``
 makes them children the same way.  A forkserver started during the test is stopped after it (it
 would hand the next test's children this test's settings).  ``@pytest.mark.npu_no_inherit`` turns
 it off for one test.  No torch here: the plugin imports this module at start-up.
@@ -108,10 +109,14 @@ class Inheritance:
         self.outer, _active = _active, self       # (an in-process pytester session's test runs inside ours)
         if not _watching:
             _watch_forks()
+        from .child_watch import ChildWatch
+
+        self.watch = ChildWatch().__enter__()      # a wait on children that ended is ended, not waited on
         return self
 
     def __exit__(self, *exc) -> None:
         global _active
+        self.watch.__exit__(*exc)
         _active = self.outer
         for key, value in self.saved.items():
             if value is None:

@@ -1,19 +1,22 @@
 """Processes a test starts emulate its NPU (issue 28): a ``sys.executable`` subprocess or a
 ``multiprocessing`` child imports the emulated ``torch_npu`` with the test's chip, devices and cores, its
-trace joins the test's, and the environment that carries this is the test's only.
+trace joins the test's, and the environment that carries this is the test's only; a test that waits for
+children which ended with an error is ended, not left hanging.
 
 Why: vLLM inspects models in ``python -m ...`` subprocesses, launchers start one process per rank: under
 the plugin a child that saw no ``torch_npu`` (or a real one, or the default machine) would test nothing.
 """
 import multiprocessing
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from pytest_npugraph import inherit
+from pytest_npugraph import child_watch, inherit
 
 CHILD = textwrap.dedent("""
     import torch, torch_npu
@@ -85,3 +88,53 @@ def test_the_environment_is_the_tests_only(pytester):
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
     assert (os.environ.get(inherit.ENV), os.environ.get("PYTHONPATH")) == outer
     assert inherit.CONFIG_ENV in os.environ
+
+
+def _rank(rank, c2p, busy):
+    """torch_npu's test pattern: each rank puts its result for the test; rank 0 raises first."""
+    if rank == 0:
+        raise RuntimeError("rank 0 fails before it puts")
+    end = time.monotonic() + busy
+    while time.monotonic() < end:              # working (CPU), not waiting
+        pass
+    c2p.put(rank)
+    time.sleep(600)                            # then waits for the test, which never answers
+
+
+def _start_ranks(busy=0.0):
+    ctx = multiprocessing.get_context("spawn")
+    c2p = ctx.Queue(2)
+    ranks = [ctx.Process(target=_rank, args=(r, c2p, busy)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    return c2p, ranks
+
+
+@pytest.fixture
+def short_grace(monkeypatch):
+    monkeypatch.setattr(child_watch, "GRACE", 3.0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_a_wait_for_ranks_that_ended_with_an_error_is_ended_not_waited_on(short_grace):
+    c2p, ranks = _start_ranks()
+    with pytest.raises(child_watch.ChildrenEnded, match=r"waits in multiprocessing \(connection.py:_recv, called "
+                       r"from test_children.py:\d+\).* pid \d+ ended with exit code 1 .*the others \(\d+\) wait "
+                       r"without working and were ended: nothing can arrive"):
+        for _ in ranks:
+            c2p.get()                          # rank 1's result, then rank 0's, which never comes
+    for p in ranks:
+        p.join(60)
+    assert [p.exitcode for p in ranks] == [1, -9]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_a_wait_for_a_working_rank_or_with_a_timeout_is_left_alone(short_grace):
+    c2p, ranks = _start_ranks(busy=8.0)        # rank 0 failed, rank 1 works longer than the grace
+    assert c2p.get() == 1
+    with pytest.raises(queue.Empty):           # a wait with a timeout ends by itself
+        c2p.get(timeout=6)
+    ranks[1].kill()
+    for p in ranks:
+        p.join(60)
+    assert ranks[0].exitcode == 1
