@@ -347,3 +347,25 @@ def _internal_format_view(rank, which):
 def test_an_internal_format_view_at_an_offset_is_refused_as_hccl_refuses_it(npugraph, which):
     expected = 16.0 if which == "nd" else "For a tensor of internal format, it's storage_offset must be 0"
     assert npugraph.run_ranks(_internal_format_view, which) == [expected]
+
+
+@pytest.mark.npu_devices(2)
+@pytest.mark.parametrize("async_ops", [True, False])
+def test_coalescing_manager_issues_the_blocks_all_reduces_as_one(npugraph, async_ops):
+    """torch's _coalescing_manager (torch_npu's test_coalesced_manager): the all_reduces inside the block are
+    collected and issued at its end through the group's _start/_end_coalescing and allreduce_coalesced."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    def rank_fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        group = dist.distributed_c10d._get_default_group()
+        tensors = [torch.full((3,), float(i + rank)).npu() for i in range(3)]
+        with _coalescing_manager(group=group, device=torch.device(f"npu:{rank}"), async_ops=async_ops) as cm:
+            for t in tensors:
+                dist.all_reduce(t)
+        if async_ops:
+            cm.wait()
+        return [t.cpu().tolist() for t in tensors]
+    assert npugraph.run_ranks(rank_fn) == [[[1.0] * 3, [3.0] * 3, [5.0] * 3]] * 2
+    assert len(kernels(npugraph, "hccl::all_reduce")) == 2      # one coalesced call per rank
+    npugraph.assert_clean()

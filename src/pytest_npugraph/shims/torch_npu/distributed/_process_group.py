@@ -157,6 +157,14 @@ class HcclProcessGroup(dist.ProcessGroup):
     def shutdown(self) -> None:
         pass
 
+    # -- coalescing (torch.distributed's _coalescing_manager): the collectives inside the block are
+    # collected by torch and issued at its end as one coalesced call (allreduce_coalesced, ...)
+    def _start_coalescing(self, device) -> None:
+        pass
+
+    def _end_coalescing(self, device):
+        return _done([])
+
     def abort(self) -> None:
         pass
 
