@@ -369,3 +369,26 @@ def test_coalescing_manager_issues_the_blocks_all_reduces_as_one(npugraph, async
     assert npugraph.run_ranks(rank_fn) == [[[1.0] * 3, [3.0] * 3, [5.0] * 3]] * 2
     assert len(kernels(npugraph, "hccl::all_reduce")) == 2      # one coalesced call per rank
     npugraph.assert_clean()
+
+
+def _bad_splits(rank):
+    """Each rank passes all_to_all_single sizes HCCL refuses on the calling rank, before the launch."""
+    cases = [(torch.zeros(10), torch.zeros(12), [6, 6], [4, 8]),     # input splits sum to 12, not 10
+             (torch.zeros(12), torch.zeros(12), [6, 6], [4, 4, 4])]  # three splits for two ranks
+    out, inp, out_sizes, in_sizes = cases[rank]
+    messages = []
+    for args in ((out.npu(), inp.npu(), out_sizes, in_sizes), (torch.zeros(3).npu(), torch.zeros(3).npu())):
+        try:
+            dist.all_to_all_single(*args)
+        except RuntimeError as exc:
+            messages.append(str(exc).splitlines()[0])
+    return messages
+
+
+@pytest.mark.npu_devices(2)
+def test_all_to_all_single_refuses_wrong_split_sizes_on_the_calling_rank(npugraph):
+    """torch_npu's test_alltoall_single_2p_expect: the error is the caller's, at the call, in HCCL's words."""
+    undivided = "Tensor's dim 0 does not divide equally across group size"
+    assert npugraph.run_ranks(_bad_splits) == [["Split sizes doesn't match total dim 0 size", undivided],
+                                              ["Number of tensor splits not equal to group size", undivided]]
+    assert kernels(npugraph) == []

@@ -95,6 +95,18 @@ def _flatten(lists) -> list:
 _BASE_FORMATS = (0, 1, 2, 30)     # NCHW, NHWC, ND, NCDHW: FormatHelper::IsBaseFormatType
 
 
+def _check_split_sizes(sizes, tensor, group_size: int) -> None:
+    """ProcessGroupHCCL's check_split_sizes: on the calling rank, before the launch (a rank whose
+    sizes are wrong raises; its peers, which issued theirs, wait for it)."""
+    if not sizes:
+        if tensor.size(0) % group_size:
+            raise RuntimeError("Tensor's dim 0 does not divide equally across group size" + dist_error(ErrCode.PARAM))
+    elif len(sizes) != group_size:
+        raise RuntimeError("Number of tensor splits not equal to group size" + dist_error(ErrCode.TYPE))
+    elif sum(sizes) != tensor.size(0):
+        raise RuntimeError("Split sizes doesn't match total dim 0 size" + dist_error(ErrCode.TYPE))
+
+
 def _check_tensors(tensors) -> None:
     """ProcessGroupHCCL's checks of every tensor a collective or send/recv takes (check_npu_single_tensor
     and its list forms): HCCL addresses an internal-format tensor by its whole storage, so a view into
@@ -224,6 +236,19 @@ class HcclProcessGroup(dist.ProcessGroup):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _check_tensors((output, input))
+        if not output_split_sizes and not input_split_sizes:
+            if output.numel() != input.numel() or output.dtype != input.dtype:
+                raise RuntimeError("Tensors are not equal in size or data type" + dist_error(ErrCode.PARAM))
+            if input.dim() < 1 or output.dim() < 1:
+                raise RuntimeError(
+                    f"Scalar tensors (0-dim tensors) are not supported in alltoall. inputTensor.dim()={input.dim()}, "
+                    f"outputTensor.dim()={output.dim()}. Please reshape tensors to at least 1-D before calling "
+                    f"alltoall." + dist_error(ErrCode.NOT_SUPPORT))
+            _check_split_sizes((), output, self.size())
+        else:
+            _check_split_sizes(input_split_sizes, input, self.size())
+            _check_split_sizes(output_split_sizes, output, self.size())
         return self._run("all_to_all_single", [input], [output], output_split_sizes=list(output_split_sizes),
                          input_split_sizes=list(input_split_sizes))
 
