@@ -18,8 +18,10 @@ copies marks every test ``npu_devices(8)`` (a machine of 8 cards) and logs each 
 outcome (with the crash line: its cause) to a JSON-lines file as it happens.  A test whose processes
 (pytest and the rank processes it started: one process group) stop making progress is a **hang**: no
 process started or ended and less than a second of CPU used in ``--stall`` seconds (a slow test that
-starts ranks one world after another is not one), or it ran past ``--test-timeout``.  The group is
-then ended and the file starts again without the tests already seen, so one hang costs one test.  Upstream hard-codes ``MASTER_PORT=29500``: files run one at a time.
+starts ranks one world after another is not one); a test still working after ``--test-timeout`` is
+**slow** (many upstream tests start a world per dtype and format: 40 worlds of 2 processes).  The group
+is then ended and the file starts again without the tests already seen, so one costs one test; tests
+not reached within ``--file-timeout`` are "not run".  Upstream hard-codes ``MASTER_PORT=29500``: files run one at a time.
 
 Printed: passed / failed / errors / skipped / hung per file, the totals, and the causes by count (the
 crash line with numbers and addresses folded, so one cause counts once).
@@ -209,11 +211,12 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
                 pids, cpu = _group_progress(proc.pid)
                 if test != last[0] or pids != last[1] or cpu - last[2] > 1.0:
                     last = (test, pids, cpu, time.monotonic())
-                if test and (time.time() - running[-1]["time"] > test_timeout
-                             or time.monotonic() - last[3] > stall):
-                    stalled = running[-1]["start"]
+                if test and time.monotonic() - last[3] > stall:
+                    stalled, why = test, "hang"
+                elif test and time.time() - running[-1]["time"] > test_timeout:
+                    stalled, why = test, "slow"
                 elif time.monotonic() - started > file_timeout:
-                    stalled = running[-1]["start"] if running else "(the file)"
+                    stalled, why = (test or "(the file)"), "slow"
                 if stalled:
                     os.killpg(proc.pid, signal.SIGUSR1)     # every process says where it waits (SITECUSTOMIZE)
                     time.sleep(3.0)
@@ -231,18 +234,22 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
                 if "error" in text.lower() and "collected 0 items" not in text:
                     collect_error = _cause(text[-3000:])
             break
-        hung.append(stalled)
+        hung.append((stalled, why))
         stacks_of[stalled] = _stacks(env[STACKS_ENV], proc.pid)
         with open(log, "a") as f:
-            f.write(json.dumps({"report": stalled, "when": "call", "outcome": "hang", "cause": ""}) + "\n")
+            f.write(json.dumps({"report": stalled, "when": "call", "outcome": why, "cause": ""}) + "\n")
         if time.monotonic() - started > file_timeout:
             break
         attempt += 1
     state = _outcomes(_read_log(log))
-    for nodeid in hung:
-        state[nodeid] = ("hang", "hang: " + stacks_of.get(nodeid, "no progress; ended"))
+    for nodeid, why in hung:
+        state[nodeid] = (why, (f"hang (no progress for {stall:g} s): " if why == "hang" else
+                               f"slow (still working after {test_timeout:g} s): ") + stacks_of.get(nodeid, "?"))
     tests = [{"name": nodeid.split("::")[-1], "outcome": o, "cause": c} for nodeid, (o, c) in state.items()]
     result = {"file": name, "seconds": round(time.monotonic() - started), "tests": tests}
+    with open(os.path.join(folder, "output0.txt"), errors="replace") as f:
+        found = re.search(r"collected (\d+) item", f.read())
+    result["collected"] = int(found.group(1)) if found else None
     if collect_error:
         result["collect_error"] = collect_error
     return result
@@ -303,18 +310,20 @@ def main(argv=None) -> int:
         result = run_file(files, name, options.test_timeout, options.stall, options.file_timeout, scratch)
         counts = collections.Counter(t["outcome"] for t in result["tests"])
         state = "collect error" if "collect_error" in result else ""
+        unrun = (result["collected"] or 0) - len(result["tests"])
         print(f"{name:<32} {counts['passed']:>3} passed {counts['failed']:>3} failed {counts['error']:>3} errors "
-              f"{counts['skipped']:>3} skipped {counts['hang']:>2} hung {result['seconds']:>5} s {state}", flush=True)
+              f"{counts['skipped']:>3} skipped {counts['hang']:>2} hung {counts['slow']:>2} slow {unrun:>2} not run "
+              f"{result['seconds']:>5} s {state}", flush=True)
         results.append(result)
         if options.out:
             with open(options.out, "w") as f:
                 json.dump(results, f, indent=1)
     totals = collections.Counter(t["outcome"] for r in results for t in r["tests"])
     print(f"\n{len(results)} files: {totals['passed']} passed, {totals['failed']} failed, {totals['error']} errors, "
-          f"{totals['skipped']} skipped, {totals['hang']} hung (in {sum(any(t['outcome'] == 'hang' for t in r['tests']) for r in results)} files); "
+          f"{totals['skipped']} skipped, {totals['slow']} slow, {totals['hang']} hung (in {sum(any(t['outcome'] == 'hang' for t in r['tests']) for r in results)} files); "
           f"{sum('collect_error' in r for r in results)} files do not collect")
     causes = collections.Counter(t["cause"] for r in results for t in r["tests"]
-                                 if t["outcome"] in ("failed", "error", "hang"))
+                                 if t["outcome"] in ("failed", "error", "hang", "slow"))
     causes.update(r["collect_error"] for r in results if "collect_error" in r)
     for cause, n in causes.most_common():
         print(f"{n:>4}  {cause}")
