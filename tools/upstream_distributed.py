@@ -165,7 +165,7 @@ def _group_progress(pgid: int) -> tuple:
 
 
 def run_file(files: dict, name: str, test_timeout: float, stall: float, file_timeout: float,
-             scratch: str) -> dict:
+             scratch: str, cann: str = "") -> dict:
     folder = os.path.join(scratch, name)
     os.makedirs(folder, exist_ok=True)
     for module, text in files.items():
@@ -195,6 +195,8 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
         command = [sys.executable, "-m", "pytest", "-v", "-p", "no:randomly", "-p", "no:cacheprovider",
                    "--rootdir", folder, os.path.join(folder, name + ".py")]
         command += [f"--deselect={nodeid}" for nodeid in seen]
+        if cann:
+            command.append(f"--npu-cann={cann}")
         output_path = os.path.join(folder, f"output{attempt}.txt")
         env[STACKS_ENV] = os.path.join(folder, f"stacks{attempt}")
         with open(output_path, "w") as out:
@@ -334,13 +336,15 @@ def main(argv=None) -> int:
                              "a running test a hang (default 90)")
     parser.add_argument("--file-timeout", type=float, default=3600.0, help="seconds per file (default 3600)")
     parser.add_argument("--out", default=None, help="write the results as JSON")
+    parser.add_argument("--cann", default="", help="the CANN version emulated (--npu-cann; default: the plugin's)")
     parser.add_argument("--keep", default=None, help="run in this folder and keep it (outputs, test logs)")
     options = parser.parse_args(argv)
     scratch = options.keep or tempfile.mkdtemp(prefix="npugraph-upstream-")
     files = sources(options.repo, options.ref)
     results = []
     for name in options.files:
-        result = run_file(files, name, options.test_timeout, options.stall, options.file_timeout, scratch)
+        result = run_file(files, name, options.test_timeout, options.stall, options.file_timeout, scratch,
+                          options.cann)
         counts = collections.Counter(t["outcome"] for t in result["tests"])
         state = "collect error" if "collect_error" in result else ""
         unrun = (result["collected"] or 0) - len(result["tests"])
