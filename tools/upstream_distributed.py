@@ -260,6 +260,26 @@ def run_file(files: dict, name: str, test_timeout: float, stall: float, file_tim
     return result
 
 
+def _unittest_outcomes(text: str) -> list:
+    """Each test's outcome from unittest's verbose output (a rank's output may split a test's line)."""
+    tests, current = [], None
+    for line in text.splitlines():       # "test_x (module.Class.test_x) ... ok", the status maybe lines later
+        found = re.match(r"(test\w+) \([^)]*\) \.\.\. ?(.*)$", line)
+        if found:
+            current, line = found.group(1), found.group(2)
+        status = re.search(r"(?:^|\.\.\. )(ok|FAIL|ERROR|skipped.*)$", line.strip())
+        if current and status:
+            tests.append({"name": current, "outcome": {"ok": "passed", "FAIL": "failed", "ERROR": "error"}.get(
+                status.group(1), "skipped"), "cause": ""})
+            current = None
+    for test in tests:
+        if test["outcome"] in ("failed", "error"):
+            block = re.search(r"^(?:FAIL|ERROR): " + test["name"] + r"\b.*?\n-{20,}\n(.*?)(?:\n={20,}|\n-{20,}|\Z)",
+                              text, re.S | re.M)
+            test["cause"] = _cause(block.group(1).strip().splitlines()[-1]) if block else "?"
+    return tests
+
+
 def _run_as_script(name: str, folder: str, env: dict, timeout: float, started: float) -> dict:
     """A file pytest cannot collect (a unittest.TestCase whose __init__ wants its method name, run by
     upstream as ``python file.py``): run it so, under ``pytest-npugraph run --devices 8`` (the plugin's
@@ -277,14 +297,7 @@ def _run_as_script(name: str, folder: str, env: dict, timeout: float, started: f
             proc.wait()
     with open(path, errors="replace") as f:
         text = f.read()
-    tests = []
-    for found in re.finditer(r"^(test\w+) \([^)]*\)(?: \.\.\.)?.*?\.\.\. (ok|FAIL|ERROR|skipped.*)$", text, re.M):
-        outcome = {"ok": "passed", "FAIL": "failed", "ERROR": "error"}.get(found.group(2), "skipped")
-        cause = ""
-        if outcome in ("failed", "error"):
-            block = re.search(r"^(?:FAIL|ERROR): " + found.group(1) + r"\b.*?\n-{20,}\n(.*?)(?:\n={20,}|\Z)", text, re.S | re.M)
-            cause = _cause(block.group(1).strip().splitlines()[-1]) if block else "?"
-        tests.append({"name": found.group(1), "outcome": outcome, "cause": cause})
+    tests = _unittest_outcomes(text)
     hazards = re.search(r"npugraph found (\d+) hazard", text)
     return {"file": name, "seconds": round(time.monotonic() - started), "tests": tests, "collected": len(tests),
             "script": True, "hazards": int(hazards.group(1)) if hazards else 0, "exit": proc.returncode}
