@@ -14,7 +14,9 @@ pipe, a lock) and none of the test's live children ran (no thread running or run
 used) for ``GRACE`` seconds, nothing can
 arrive: the watcher ends the wait with ``ChildrenEnded`` (raised in the test's thread from a signal
 handler, which interrupts the blocking read) and ends the test's remaining children, which wait for
-the test (left alive, they would also hold up the interpreter's exit, which joins them).
+the test (left alive, they would also hold up the interpreter's exit, which joins them).  For the same
+reason, when a test fails and leaves processes that wait (no thread running, no CPU used), they are
+ended at its end.
 
 No torch here.  Elsewhere than Linux, or outside the main thread, nothing is watched.
 """
@@ -118,12 +120,38 @@ class ChildWatch:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type=None, *exc) -> None:
         if self.thread is None:
             return
         self.stop.set()
         self.thread.join()
         signal.signal(_SIGNAL, self.previous if self.previous is not None else signal.SIG_DFL)
+        if exc_type is not None:
+            self._end_waiting_children()
+
+    def _end_waiting_children(self) -> None:
+        """The test failed and left processes that wait (for the test, which will never answer: a queue
+        get, a barrier): ended, or the interpreter's exit, which joins them, would hang the run."""
+        ended, last = [], {}
+        deadline = time.monotonic() + 5.0        # a process still finishing its last put gets a few seconds
+        while time.monotonic() < deadline:
+            live = {pid: _stat(pid) for pid in _proc_children(self.pid) - self.before if not _helper(pid)}
+            live = {pid: stat for pid, stat in live.items() if stat is not None and stat[0] != "Z" and pid not in ended}
+            if not live:
+                break
+            for pid, now in live.items():
+                before = last.get(pid)
+                if before is not None and not now[3] and not before[3] and now[1] - before[1] <= _IDLE_CPU:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        ended.append(pid)
+                    except OSError:
+                        pass
+            last = live
+            time.sleep(0.5)
+        if ended:
+            print(f"npugraph: the test failed and left {len(ended)} process(es) waiting ({', '.join(map(str, ended))}); "
+                  f"ended them (the interpreter's exit joins them, and would wait forever)", file=sys.stderr)
 
     # -- the watcher thread
     def _watch(self) -> None:

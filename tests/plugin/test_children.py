@@ -138,3 +138,31 @@ def test_a_wait_for_a_working_rank_or_with_a_timeout_is_left_alone(short_grace):
     for p in ranks:
         p.join(60)
     assert ranks[0].exitcode == 1
+
+
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_processes_a_failed_test_leaves_waiting_are_ended(pytester):
+    """torch_npu's pattern: the test's assertion fails before it answers the ranks; left waiting, the
+    interpreter's exit (which joins them) would hang the run."""
+    pytester.makepyfile(textwrap.dedent("""
+        import multiprocessing
+        from test_children_helpers import _rank_waiting_for_the_test
+
+        def test_fails_before_answering():
+            ctx = multiprocessing.get_context("spawn")
+            c2p, p2c = ctx.Queue(2), ctx.Queue(2)
+            ranks = [ctx.Process(target=_rank_waiting_for_the_test, args=(r, c2p, p2c)) for r in range(2)]
+            for p in ranks:
+                p.start()
+            assert sorted(c2p.get() for _ in ranks) == [0, 2]     # wrong: the ranks are 0 and 1
+    """))
+    pytester.makepyfile(test_children_helpers=textwrap.dedent("""
+        def _rank_waiting_for_the_test(rank, c2p, p2c):
+            c2p.put(rank)
+            p2c.get()
+    """))
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(failed=1)
+    assert "left 2 process(es) waiting" in result.stderr.str() + result.stdout.str()
