@@ -68,13 +68,14 @@ def _tagged_in_ge_hint(node) -> str:
 class GeGraph:
     """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
 
-    def __init__(self, gm, settings, name: str):
+    def __init__(self, gm, settings, name: str, label: str = ""):
         for node in gm.graph.nodes:
             if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
                 raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!"
                                           + _tagged_in_ge_hint(node))
         self.gm = gm
-        self.name = name
+        self.name = name                 # TorchAir's ("graph_1": dumps, exports)
+        self.label = label or name       # the reports' (graph_names: the user's function)
         self.aicore_num = settings.aicore_num
         self.scope = fxgraph.scopes(gm)
         self.lane = self._lanes(gm)
@@ -130,14 +131,14 @@ class GeGraph:
         cube, vector = parse_aicore_num(self.aicore_num, d)
         self.streams = {}
         for lane in sorted({lane for lane in self.lane.values()}, key=lambda x: (x is not None, str(x))):
-            name = f"{self.name}:main" if lane is None else f"{self.name}:tag '{lane}'"
+            name = f"{self.label}:main" if lane is None else f"{self.label}:tag '{lane}'"
             state = self.streams[lane] = internal_stream(rt, device, name)
             state.cube_limit, state.vector_limit = cube, vector
-        self.events = {edge: rt.new_event(f"{self.name} edge") for waits in self.waits.values() for edge in waits}
-        self.fork = rt.new_event(f"{self.name} fork")
-        self.joins = {lane: rt.new_event(f"{self.name} join") for lane in self.streams}
+        self.events = {edge: rt.new_event(f"{self.label} edge") for waits in self.waits.values() for edge in waits}
+        self.fork = rt.new_event(f"{self.label} fork")
+        self.joins = {lane: rt.new_event(f"{self.label} join") for lane in self.streams}
         self._generation = (rt.generation, device)
-        self.record = GraphRecord(self.name, "max-autotune", self.ops, fx_graph=self.gm)
+        self.record = GraphRecord(self.name, "max-autotune", self.ops, fx_graph=self.gm, label=self.label)
         rt.graphs.append(self.record)
 
     def __call__(self, *args):
