@@ -130,31 +130,12 @@ def rank() -> Optional[int]:
     return int(value) if value is not None and value.isdigit() else None
 
 
-SHARED_WAIT = 10.0     # seconds an exiting child waits for its unclaimed shared tensors to be claimed
-
-
-def wait_for_shared_tensors(timeout: float = SHARED_WAIT) -> None:
-    """A process that exits while a tensor it put on a ``torch.multiprocessing`` queue is unclaimed (its
-    file descriptor waits in multiprocessing's resource sharer, served by a thread of this process) waits
-    for the receiver, up to ``timeout``: a real NPU process's teardown takes seconds, which suites rely
-    on (torch_npu's ranks ``c2p.put(t.cpu())`` and return); gone at once, the receiver's ``get`` fails
-    with ConnectionResetError or FileNotFoundError."""
-    module = sys.modules.get("multiprocessing.resource_sharer")
-    sharer = getattr(module, "_resource_sharer", None)
-    if sharer is None or getattr(sharer, "_listener", None) is None:
-        return
-    deadline = time.monotonic() + timeout
-    while getattr(sharer, "_cache", None) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def write_trace() -> Optional[str]:
     """Finish this process's ranks and write its trace (once; nothing if it never used the NPU)."""
     global _written
     if _pid != os.getpid() or _written:
         return None
     _written = 1
-    wait_for_shared_tensors()
     module = sys.modules.get("pytest_npugraph.runtime.runtime")
     rt = module.peek() if module is not None else None
     if rt is None:
