@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from .. import rank_rng
 from ..executor import DeviceHang
 from .errors import CollectiveAborted
-from .ranks import _POLL, Job, binding
+from .ranks import _POLL, Job, binding, claim_world
 
 _GRACE = 2.0          # seconds run_ranks gives the other ranks once the job has failed
 
@@ -37,8 +37,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
     """
     if binding() is not None:
         raise RuntimeError("npugraph.run_ranks cannot be nested: it is already running ranks in this thread")
-    jobs = runtime.extensions.get("collectives.jobs", 0) + 1
-    runtime.extensions["collectives.jobs"] = jobs
+    jobs = claim_world(runtime)
     size = len(runtime.devices)
     job = Job(runtime, size, "" if jobs == 1 else f"@{jobs}")
     outcomes = [_Outcome() for _ in range(size)]
