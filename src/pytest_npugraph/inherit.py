@@ -15,7 +15,8 @@ While a test runs, the plugin sets two environment variables (restored after the
   Python process that sees ``NPUGRAPH_CHILD`` (it does nothing otherwise, and runs the next
   ``sitecustomize`` on the path).
 
-``multiprocessing``'s fork children inherit the emulation with the process: ``os.register_at_fork``
+A test that waits in ``multiprocessing`` for children that ended with an error is ended, not left
+hanging (child_watch.py).  ``multiprocessing``'s fork children inherit the emulation with the process: ``os.register_at_fork``
 makes them children the same way.  A forkserver started during the test is stopped after it (it
 would hand the next test's children this test's settings).  ``@pytest.mark.npu_no_inherit`` turns
 it off for one test.  No torch here: the plugin imports this module at start-up.
@@ -92,7 +93,7 @@ class Inheritance:
         self.directory = os.path.join(_base(), f"test-{_made}")
         self.absorbed: set = set()
         self.count = 0                    # child traces appended to the test's trace so far
-        self.worlds: dict = {}            # world label ("", "@w1") -> the tokens of the worlds seen, in order
+        self.worlds: dict = {}            # (world label ("", "@w1"), token) -> the suffix of its names
         self.config = json.dumps(config_dict(config, ask, conftests))
         self.saved: dict = {}
         self.forkserver = _forkserver_running()
@@ -108,10 +109,14 @@ class Inheritance:
         self.outer, _active = _active, self       # (an in-process pytester session's test runs inside ours)
         if not _watching:
             _watch_forks()
+        from .child_watch import ChildWatch
+
+        self.watch = ChildWatch().__enter__()      # a wait on children that ended is ended, not waited on
         return self
 
     def __exit__(self, *exc) -> None:
         global _active
+        self.watch.__exit__(*exc)
         _active = self.outer
         for key, value in self.saved.items():
             if value is None:
@@ -128,17 +133,17 @@ class Inheritance:
         os.makedirs(self.directory, exist_ok=True)
         return self.directory
 
-    def group_names(self, worlds: dict):
-        """How a child's communicator names read in the test's trace: the ranks of one world (one token,
-        processes_ranks.py) keep theirs; a later world reusing the names (the same test starting ranks
-        again) gets ``~2``, ``~3``, ... so its collectives never pair with an earlier world's."""
+    def group_names(self, worlds: dict, claim):
+        """How a child's communicator names read in the test's trace: the first world of ranks in the
+        test (one token: processes.py) keeps its names; any later one (the test starting ranks again,
+        as processes or as threads) gets ``~n``, ``n`` from ``claim()`` (collectives.claim_world, which
+        numbers the thread jobs too), so its collectives never pair with another world's."""
         suffixes = {}
         for label, token in worlds.items():
-            seen = self.worlds.setdefault(label, [])
-            if token not in seen:
-                seen.append(token)
-            index = seen.index(token)
-            suffixes[label] = f"~{index + 1}" if index else ""
+            if (label, token) not in self.worlds:
+                n = claim()
+                self.worlds[(label, token)] = f"~{n}" if n > 1 else ""
+            suffixes[label] = self.worlds[(label, token)]
 
         def rename(name: str) -> str:
             found = re.search(r"@w\d+", name)
@@ -199,6 +204,7 @@ def absorb(inheritance: Optional[Inheritance] = None) -> int:
     if not found:
         return 0
     from . import trace_merge
+    from .runtime.collectives import claim_world
     from .runtime.runtime import current
 
     rt = current()
@@ -206,7 +212,8 @@ def absorb(inheritance: Optional[Inheritance] = None) -> int:
         for meta, trace in found:
             inh.count += 1
             label = f"rank {meta['rank']}" if meta.get("rank") is not None else f"pid {meta['pid']}"
-            trace_merge.append(rt.trace, trace, inh.count, label, inh.group_names(meta.get("worlds", {})))
+            names = inh.group_names(meta.get("worlds", {}), lambda: claim_world(rt))
+            trace_merge.append(rt.trace, trace, inh.count, label, names)
     return len(found)
 
 

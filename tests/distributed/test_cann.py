@@ -148,3 +148,25 @@ def test_marker_sets_what_torch_npu_reports(npugraph):
 def test_default_is_8_5_0(npugraph):
     assert torch_npu.npu.utils.get_cann_version() == "8.5.0" == cann.DEFAULT
     assert not torch_npu.npu.utils._is_gte_cann_version("9.0.0")
+
+
+def _gated():
+    from torch_npu.testing.common_utils import SkipIfNotGteCANNVersion
+
+    @SkipIfNotGteCANNVersion("9.0.0")
+    def needs_9(self):
+        return "ran"
+    return needs_9
+
+
+@pytest.mark.npu_cann("9.0.0")
+def test_skip_if_not_gte_cann_version_runs_on_the_emulated_release():
+    """torch_npu.testing's decorator (torch_npu's test_coalesced_manager) asks the emulated CANN version."""
+    assert _gated()(None) == "ran"
+
+
+def test_skip_if_not_gte_cann_version_skips_below_it_naming_the_release():
+    import unittest
+
+    with pytest.raises(unittest.SkipTest, match=r"Only run on 9\.0\.0 or greater, current cann version is 8\.5\.0\."):
+        _gated()(None)

@@ -321,3 +321,74 @@ def test_a_world_larger_than_the_test_outside_run_ranks_is_a_clear_error(npugrap
     with pytest.raises(RuntimeError, match=r"world_size=2\) outside npugraph.run_ranks"):
         dist.init_process_group("hccl", rank=0, world_size=2, store=dist.HashStore())
     assert not dist.is_initialized()
+
+
+def _internal_format_view(rank, which):
+    """An all_to_all whose input or output is a FRACTAL_NZ tensor's view at an offset (torch_npu's
+    test_all_to_all): ProcessGroupHCCL refuses it before launching; an ND view at an offset is fine."""
+    torch_npu.npu.config.allow_internal_format = True
+    base = torch.zeros(6, 4).npu()
+    if which != "nd":
+        base = torch_npu.npu_format_cast(base, 29)
+    view = base[2:]
+    other = torch.ones(4, 4).npu() * (rank + 1)
+    inputs, outputs = ([view], [other]) if which == "input" else ([other], [view])
+    if which == "nd":
+        inputs, outputs = [view.fill_(rank + 1)], [torch.zeros(4, 4).npu()]
+    try:
+        dist.all_to_all(outputs, inputs)
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    return outputs[0].sum().item()
+
+
+@pytest.mark.npu_devices(1)
+@pytest.mark.parametrize("which", ["input", "output", "nd"])
+def test_an_internal_format_view_at_an_offset_is_refused_as_hccl_refuses_it(npugraph, which):
+    expected = 16.0 if which == "nd" else "For a tensor of internal format, it's storage_offset must be 0"
+    assert npugraph.run_ranks(_internal_format_view, which) == [expected]
+
+
+@pytest.mark.npu_devices(2)
+@pytest.mark.parametrize("async_ops", [True, False])
+def test_coalescing_manager_issues_the_blocks_all_reduces_as_one(npugraph, async_ops):
+    """torch's _coalescing_manager (torch_npu's test_coalesced_manager): the all_reduces inside the block are
+    collected and issued at its end through the group's _start/_end_coalescing and allreduce_coalesced."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    def rank_fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        group = dist.distributed_c10d._get_default_group()
+        tensors = [torch.full((3,), float(i + rank)).npu() for i in range(3)]
+        with _coalescing_manager(group=group, device=torch.device(f"npu:{rank}"), async_ops=async_ops) as cm:
+            for t in tensors:
+                dist.all_reduce(t)
+        if async_ops:
+            cm.wait()
+        return [t.cpu().tolist() for t in tensors]
+    assert npugraph.run_ranks(rank_fn) == [[[1.0] * 3, [3.0] * 3, [5.0] * 3]] * 2
+    assert len(kernels(npugraph, "hccl::all_reduce")) == 2      # one coalesced call per rank
+    npugraph.assert_clean()
+
+
+def _bad_splits(rank):
+    """Each rank passes all_to_all_single sizes HCCL refuses on the calling rank, before the launch."""
+    cases = [(torch.zeros(10), torch.zeros(12), [6, 6], [4, 8]),     # input splits sum to 12, not 10
+             (torch.zeros(12), torch.zeros(12), [6, 6], [4, 4, 4])]  # three splits for two ranks
+    out, inp, out_sizes, in_sizes = cases[rank]
+    messages = []
+    for args in ((out.npu(), inp.npu(), out_sizes, in_sizes), (torch.zeros(3).npu(), torch.zeros(3).npu())):
+        try:
+            dist.all_to_all_single(*args)
+        except RuntimeError as exc:
+            messages.append(str(exc).splitlines()[0])
+    return messages
+
+
+@pytest.mark.npu_devices(2)
+def test_all_to_all_single_refuses_wrong_split_sizes_on_the_calling_rank(npugraph):
+    """torch_npu's test_alltoall_single_2p_expect: the error is the caller's, at the call, in HCCL's words."""
+    undivided = "Tensor's dim 0 does not divide equally across group size"
+    assert npugraph.run_ranks(_bad_splits) == [["Split sizes doesn't match total dim 0 size", undivided],
+                                              ["Number of tensor splits not equal to group size", undivided]]
+    assert kernels(npugraph) == []

@@ -109,3 +109,32 @@ def test_recv_from_any_source_is_refused_as_hccl_does(npugraph):
             dist.recv(torch.zeros(4).npu())
     with pytest.raises(RuntimeError, match="does not support recv from any source"):
         npugraph.run_ranks(rank_fn)
+
+
+def test_batch_isend_irecv_items_to_the_rank_itself_are_local_copies(npugraph):
+    """torch_npu's test_dist_batch_isend_irecv: every rank sends to and receives from every rank, itself
+    included (HcclBatchSendRecv takes such items); the receive from itself gets its own send."""
+    def rank_fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        received = [torch.full((peer + 1,), -1.0).npu() for peer in range(2)]
+        ops = []
+        for peer in range(2):
+            ops.append(dist.P2POp(dist.irecv, received[peer], peer))
+            ops.append(dist.P2POp(dist.isend, torch.full((rank + 1,), 10.0 * rank + peer).npu(), peer))
+        works = dist.batch_isend_irecv(ops)
+        for work in works:
+            work.wait()
+        return [t.cpu().tolist() for t in received]
+    assert npugraph.run_ranks(rank_fn) == [[[0.0], [10.0, 10.0]], [[1.0], [11.0, 11.0]]]
+    npugraph.assert_clean()
+
+
+def test_batch_isend_irecv_refuses_an_internal_format_view_before_any_item(npugraph):
+    def rank_fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        torch_npu.npu.config.allow_internal_format = True
+        view = torch_npu.npu_format_cast(torch.zeros(4, 4).npu(), 29)[2:]
+        ops = [dist.P2POp(dist.irecv, torch.zeros(2, 4).npu(), rank), dist.P2POp(dist.isend, view, rank)]
+        with pytest.raises(RuntimeError, match="For a tensor of internal format, it's storage_offset must be 0"):
+            dist.batch_isend_irecv(ops)
+    npugraph.run_ranks(rank_fn)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from examples import test_seed000_core_deadlock as seed000
+from pytest_npugraph.trace import EventRecord, EventWait, Kernel
 
 pytestmark = [pytest.mark.npu_devices(2), pytest.mark.filterwarnings("ignore:.*is deprecated:FutureWarning")]
 
@@ -120,3 +121,70 @@ def test_send_recv_between_rank_processes(npugraph):
 def test_a_send_never_received_across_processes_is_a_deadlock(npugraph):
     with npugraph.expect("deadlock", match="npu:1, which never issues it"):
         npugraph.run_ranks(exchange, True, processes=True)
+
+
+def pipeline_stage(rank):
+    """A pipeline hand-off as PP code writes it: isend/irecv on a side stream behind wait_stream, an
+    event back to the main stream, then a batch_isend_irecv exchange."""
+    dist.init_process_group("hccl")
+    side = torch.npu.Stream()
+    x = torch.arange(4.0).npu() * (rank + 1)
+    out, back = torch.zeros(4).npu(), torch.zeros(4).npu()
+    done = torch.npu.Event()
+    with torch.npu.stream(side):
+        side.wait_stream(torch.npu.current_stream())
+        work = dist.isend(x, dst=1) if rank == 0 else dist.irecv(out, src=0)
+        done.record()
+    work.wait()
+    torch.npu.current_stream().wait_event(done)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, 1 - rank), dist.P2POp(dist.irecv, back, 1 - rank)]):
+        w.wait()
+    result = (out + back).cpu().tolist()
+    dist.destroy_process_group()
+    return result
+
+
+def _device_work(npugraph, records) -> dict:
+    """Per device, in program order: each event record/wait and point-to-point task with its stream (the
+    device's stream number) and its channel (without the world's suffix) and place in it."""
+    out = {}
+    for r in records:
+        if isinstance(r, (EventRecord, EventWait)) or isinstance(r, Kernel) and r.collective:
+            stream = npugraph.trace.streams[r.stream]
+            channel = (r.collective[0].split("~")[0], r.collective[1]) if isinstance(r, Kernel) else None
+            out.setdefault(stream.device, []).append((type(r).__name__, stream.stream_id, getattr(r, "op", ""), channel))
+    return out
+
+
+def test_point_to_point_in_rank_processes_uses_the_streams_and_events_of_rank_threads(npugraph):
+    """The same rank function as threads then as processes: the same values, the same tasks on the same
+    streams behind the same events, and the two worlds' channels are told apart (``~2``): pairing the
+    processes' hccl/0/p2p:0->1 #0 with the threads' was a false deadlock."""
+    start = len(npugraph.trace.records)
+    threads = npugraph.run_ranks(pipeline_stage)
+    middle = len(npugraph.trace.records)
+    processes = npugraph.run_ranks(pipeline_stage, processes=True)
+    assert threads == processes == [[0.0, 2.0, 4.0, 6.0], [0.0, 2.0, 4.0, 6.0]]
+    by_threads = _device_work(npugraph, npugraph.trace.records[start:middle])
+    by_processes = _device_work(npugraph, npugraph.trace.records[middle:])
+    assert by_threads == by_processes
+    # rank 0: the isend on the side stream, the batch on the main stream (stream 0)
+    assert [(op, sid == 0) for _, sid, op, _ in by_threads[0] if op] == [
+        ("hccl::send", False), ("hccl::send", True), ("hccl::recv", True)]
+    channels = {r.collective[0] for r in npugraph.trace.records[middle:] if isinstance(r, Kernel) and r.collective}
+    assert channels == {"hccl/0/p2p:0->1~2", "hccl/0/p2p:1->0~2"}
+    npugraph.assert_clean()
+
+
+def cann_of_rank(rank):
+    import torch_npu
+    from pytest_npugraph import cann
+
+    return torch_npu.npu.utils.get_cann_version(), cann.current().aiv_minimum("all_reduce", 2)
+
+
+@pytest.mark.npu_cann("9.0.0")
+def test_rank_processes_emulate_the_tests_cann_version(npugraph):
+    """The CANN release (here 9.0.0, whose AIV all_reduce refuses fewer vector cores than ranks) reaches
+    each rank process with the rest of the test's settings, not the default release (8.5.0)."""
+    assert npugraph.run_ranks(cann_of_rank, processes=True) == [("9.0.0", 2), ("9.0.0", 2)]

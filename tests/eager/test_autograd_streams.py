@@ -204,3 +204,33 @@ def test_backward_inside_a_capture_is_captured(npugraph):
     captured = [k for k in npugraph.trace.records if isinstance(k, T.Kernel) and "threshold_backward" in k.op]
     assert captured and all(k.graph is not None for k in captured)
     npugraph.assert_clean()
+
+
+def test_a_custom_function_backward_runs_on_its_forwards_stream_in_the_calling_thread(npugraph):
+    """A Python ``autograd.Function`` node: its ``backward`` sees its forward's stream as current
+    (the engine sets it), and runs in the thread that called backward (moved from tests/test_zz_ag.py)."""
+    import threading
+
+    x, w = data()
+    caller = threading.get_ident()
+    seen = []
+
+    class Spy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append((threading.get_ident(), torch.npu.current_stream()))
+            return g
+
+    s = side()
+    with torch.npu.stream(s):
+        loss = (Spy.apply(x) @ w).sum()
+        loss.backward()
+    torch.npu.current_stream().wait_stream(s)
+    z = x.grad * 2
+    assert seen == [(caller, s)]
+    assert torch.allclose(z.cpu(), 2 * w.detach().cpu().sum(1).expand(8, 8))
+    npugraph.assert_clean()

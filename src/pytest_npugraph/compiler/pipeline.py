@@ -102,8 +102,9 @@ class NpuFxCompiler:
         if settings.data_dump_path is not None and settings.data_dump_stage == "original":
             # TorchAir returns the AOT graph with the saves inserted: it runs eagerly
             return Runner(data_dump.insert_saves(gm, data_dump.rank_dir(settings.data_dump_path))).run
-        graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward",
-                                 event_tags=self.event_tags, label=label)
+        # the backward graph too is captured and replayed, as TorchAir compiles it with the same compiler
+        graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, event_tags=self.event_tags,
+                                 label=label)
         _dump(settings, graph.gm, f"dynamo_optimized_{name}", name)
         return graph
 

@@ -109,6 +109,15 @@ def register_with_dynamo() -> None:
     trace_rules.clear_lru_cache()
 
 
+def register_with_aot_autograd() -> None:
+    """A compiled backward takes NPU tensors as plain tensors (``compiled_backward``): called when
+    ``torch._dynamo`` is first imported (and again when Dynamo first traces an NPU tensor, if
+    AOTAutograd was still loading then), before any backward is compiled."""
+    from . import compiled_backward
+
+    compiled_backward.install()
+
+
 # ------------------------------------------------------------------- kernels
 def _target_device(args, kwargs) -> int:
     for value in list(kwargs.values()) + list(args):
@@ -288,7 +297,7 @@ def install(npu_module) -> None:
     _refuse_npu_storages()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    from . import autocast, autograd_streams, pinned, serialization, storage
+    from . import autocast, autograd_streams, pinned, rank_rng, serialization, storage
     from .ops import library
 
     library.install()
@@ -301,4 +310,5 @@ def install(npu_module) -> None:
     autocast.install()
     autograd_streams.install()
     pinned.install()
+    rank_rng.install()          # wraps pinned's factories
     _installed = True

@@ -28,6 +28,7 @@ import torch
 DEFAULT_SEED = 67280421310721     # c10::detail::default_rng_seed_val, every device generator's first seed
 _lock = threading.RLock()         # one swap of the CPU default generator at a time (rank threads)
 _seeded: dict = {}                # OpOverload -> whether it draws random numbers
+_rank = threading.local()         # .npu: a run_ranks rank thread's own device generators (rank_rng.py)
 
 
 class NpuGenerator(torch._C.Generator):
@@ -57,8 +58,11 @@ class NpuGenerator(torch._C.Generator):
 
 
 def default_generator(rt, index: int) -> NpuGenerator:
-    """npu:``index``'s default generator in the running test (made, seeded, on first use)."""
-    gens = rt.generators
+    """npu:``index``'s default generator in the running test (made, seeded, on first use); in a
+    ``run_ranks`` rank thread, the rank's own (a rank process has a generator per device)."""
+    gens = getattr(_rank, "npu", None)
+    if gens is None:
+        gens = rt.generators
     g = gens.get(index)
     if g is None:
         rt.device(index)                 # a device this machine has (the error names the marker)

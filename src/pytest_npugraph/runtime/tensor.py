@@ -19,7 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import cpu_gaps, generators, profiles, wide_uints
+from . import compiled_backward, cpu_gaps, generators, profiles, wide_uints
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .runtime import current
@@ -212,6 +212,9 @@ def _under_fake_mode(mode, func, args, kwargs):
 
 def _fake_on_npu(payload, device_index):
     from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    if compiled_backward._original is None:     # before AOTAutograd compiles a graph of NPU tensors
+        compiled_backward.install()
 
     with in_kernel_invocation_manager(payload.fake_mode):   # lets the fake stand for its meta tensor
         return FakeTensor(payload.fake_mode, payload, torch.device(NPU, device_index))

@@ -43,11 +43,11 @@ collective computes), ``registration`` (the torch library kernels of the MC2 ops
 ops' cross-rank glue: their communicator, their issue).
 """
 from .errors import CollectiveAborted, CollectiveError
-from .ranks import DEFAULT_TIMEOUT, Call, Communicator, Job, Pending, binding, op_cores
+from .ranks import DEFAULT_TIMEOUT, Call, Communicator, Job, Pending, binding, claim_world, op_cores
 from .c10d_math import MATH
 from .threads import run_ranks
 from .registration import install
 from .mc2 import mc2_issue
 
 __all__ = ["CollectiveAborted", "CollectiveError", "DEFAULT_TIMEOUT", "Call", "Communicator", "Job", "Pending",
-           "MATH", "binding", "install", "mc2_issue", "op_cores", "run_ranks"]
+           "MATH", "binding", "claim_world", "install", "mc2_issue", "op_cores", "run_ranks"]

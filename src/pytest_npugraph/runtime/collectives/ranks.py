@@ -90,6 +90,15 @@ def binding():
     return rt.thread().rank or rt.extensions.get("collectives.process")
 
 
+def claim_world(runtime) -> int:
+    """The number of a new world of ranks in the test's trace (1: the first).  Thread jobs (``@n``) and
+    the worlds of rank processes the test absorbs (``~n``, inherit.py) count together, so no two worlds
+    of one test name a communicator alike (the analyses pair collectives by communicator name)."""
+    n = runtime.extensions.get("collectives.jobs", 0) + 1
+    runtime.extensions["collectives.jobs"] = n
+    return n
+
+
 # ---------------------------------------------------------------------------------- job
 class Job:
     """The ranks of one ``run_ranks`` call and the collectives between them."""

@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .. import rank_rng
 from ..executor import DeviceHang
 from .errors import CollectiveAborted
-from .ranks import _POLL, Job, binding
+from .ranks import _POLL, Job, binding, claim_world
 
 _GRACE = 2.0          # seconds run_ranks gives the other ranks once the job has failed
 
@@ -36,8 +37,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
     """
     if binding() is not None:
         raise RuntimeError("npugraph.run_ranks cannot be nested: it is already running ranks in this thread")
-    jobs = runtime.extensions.get("collectives.jobs", 0) + 1
-    runtime.extensions["collectives.jobs"] = jobs
+    jobs = claim_world(runtime)
     size = len(runtime.devices)
     job = Job(runtime, size, "" if jobs == 1 else f"@{jobs}")
     outcomes = [_Outcome() for _ in range(size)]
@@ -45,6 +45,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
     def main(rank: int) -> None:
         runtime.thread().rank = (job, rank)
         runtime.set_current_device(rank)
+        rank_rng.enter_rank()           # its own CPU generator, as a rank process has
         failed = False
         try:
             if context is None:
@@ -58,6 +59,7 @@ def run_ranks(runtime, fn: Callable, args: tuple, context=None) -> list:
         finally:
             job.finish(rank, failed)
             runtime.thread().rank = None
+            rank_rng.leave_rank()
 
     threads = [threading.Thread(target=main, args=(rank,), name=f"npugraph-rank-{rank}", daemon=True)
                for rank in range(size)]

@@ -85,7 +85,8 @@ def _guard_batch_isend_irecv() -> None:
     their order in the list cannot deadlock.  Issued one by one (a task each, on the current stream,
     paired per direction in issue order), they are issued in one order every rank agrees on: by the
     pair of ranks, then the direction, then the list's order, which pairs the same sends and receives
-    and never waits in a circle."""
+    and never waits in a circle.  Items whose peer is the rank itself (HcclBatchSendRecv takes them)
+    pair in order, an isend with an irecv, as a device copy."""
     original = dist.batch_isend_irecv
     if getattr(original, "_npugraph", False):
         return
@@ -97,13 +98,24 @@ def _guard_batch_isend_irecv() -> None:
         if not isinstance(group, _process_group.HcclProcessGroup):
             return original(p2p_op_list)
         me = group.rank()
+        _process_group._check_tensors([op.tensor for op in p2p_op_list])     # the whole batch, before any item
+        own = [op for op in p2p_op_list if op.group_peer == me]
+        if own:       # HcclBatchSendRecv takes items whose peer is the rank itself: a local copy each
+            sends = [op for op in own if op.op is dist.isend]
+            recvs = [op for op in own if op.op is not dist.isend]
+            if len(sends) != len(recvs):
+                raise RuntimeError(f"batch_isend_irecv: rank {me} sends {len(sends)} tensor(s) to itself and receives "
+                                   f"{len(recvs)}: each isend to the rank itself pairs with an irecv from it, in order")
+            for send, recv in zip(sends, recvs):
+                recv.tensor.copy_(send.tensor)
+        others = [op for op in p2p_op_list if op.group_peer != me]
 
         def key(item):
             index, op = item
             src, dst = (me, op.group_peer) if op.op is dist.isend else (op.group_peer, me)
             return (min(src, dst), max(src, dst), src > dst, index)
-        ordered = [op for _, op in sorted(enumerate(p2p_op_list), key=key)]
-        return original(ordered)
+        ordered = [op for _, op in sorted(enumerate(others), key=key)]
+        return (original(ordered) if ordered else []) + [_process_group._done([op.tensor]) for op in own]
 
     batch_isend_irecv._npugraph = True
     dist.batch_isend_irecv = batch_isend_irecv

@@ -22,6 +22,8 @@ from pytest_npugraph._context import CONTEXT
 from pytest_npugraph.runtime import collectives as C
 from pytest_npugraph.runtime import hccl_modes
 from pytest_npugraph.runtime.collectives import processes
+from pytest_npugraph.runtime.errors import ErrCode, dist_error
+from pytest_npugraph.runtime.ops.layout import storage_format
 from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
@@ -90,6 +92,34 @@ def _flatten(lists) -> list:
     return [t for ts in lists for t in ts]
 
 
+_BASE_FORMATS = (0, 1, 2, 30)     # NCHW, NHWC, ND, NCDHW: FormatHelper::IsBaseFormatType
+
+
+def _check_split_sizes(sizes, tensor, group_size: int) -> None:
+    """ProcessGroupHCCL's check_split_sizes: on the calling rank, before the launch (a rank whose
+    sizes are wrong raises; its peers, which issued theirs, wait for it)."""
+    if not sizes:
+        if tensor.size(0) % group_size:
+            raise RuntimeError("Tensor's dim 0 does not divide equally across group size" + dist_error(ErrCode.PARAM))
+    elif len(sizes) != group_size:
+        raise RuntimeError("Number of tensor splits not equal to group size" + dist_error(ErrCode.TYPE))
+    elif sum(sizes) != tensor.size(0):
+        raise RuntimeError("Split sizes doesn't match total dim 0 size" + dist_error(ErrCode.TYPE))
+
+
+def _check_tensors(tensors) -> None:
+    """ProcessGroupHCCL's checks of every tensor a collective or send/recv takes (check_npu_single_tensor
+    and its list forms): HCCL addresses an internal-format tensor by its whole storage, so a view into
+    one at an offset is refused before anything is launched."""
+    for t in tensors:
+        payload = getattr(t, "_payload", None)
+        if payload is None or not t.storage_offset():
+            continue
+        if storage_format(payload) not in _BASE_FORMATS:
+            raise RuntimeError("For a tensor of internal format, it's storage_offset must be 0"
+                               + dist_error(ErrCode.NOT_SUPPORT))
+
+
 class HcclProcessGroup(dist.ProcessGroup):
     """A process group of the emulated HCCL backend on one rank thread."""
 
@@ -139,6 +169,14 @@ class HcclProcessGroup(dist.ProcessGroup):
     def shutdown(self) -> None:
         pass
 
+    # -- coalescing (torch.distributed's _coalescing_manager): the collectives inside the block are
+    # collected by torch and issued at its end as one coalesced call (allreduce_coalesced, ...)
+    def _start_coalescing(self, device) -> None:
+        pass
+
+    def _end_coalescing(self, device):
+        return _done([])
+
     def abort(self) -> None:
         pass
 
@@ -150,6 +188,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         if C.binding() != self._owner:
             raise RuntimeError(f"{op}: process group {self._name!r} belongs to rank {self._thread}'s thread; a "
                                f"rank uses the groups it created")
+        _check_tensors(tuple(inputs) + tuple(outputs))
         call = C.Call(op, f"hccl::{KINDS.get(op, op)}", tuple(inputs), tuple(outputs), params)
         self._job.issue(self._comm, self._thread, call)
         return _done(list(outputs))
@@ -197,6 +236,19 @@ class HcclProcessGroup(dist.ProcessGroup):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _check_tensors((output, input))
+        if not output_split_sizes and not input_split_sizes:
+            if output.numel() != input.numel() or output.dtype != input.dtype:
+                raise RuntimeError("Tensors are not equal in size or data type" + dist_error(ErrCode.PARAM))
+            if input.dim() < 1 or output.dim() < 1:
+                raise RuntimeError(
+                    f"Scalar tensors (0-dim tensors) are not supported in alltoall. inputTensor.dim()={input.dim()}, "
+                    f"outputTensor.dim()={output.dim()}. Please reshape tensors to at least 1-D before calling "
+                    f"alltoall." + dist_error(ErrCode.NOT_SUPPORT))
+            _check_split_sizes((), output, self.size())
+        else:
+            _check_split_sizes(input_split_sizes, input, self.size())
+            _check_split_sizes(output_split_sizes, output, self.size())
         return self._run("all_to_all_single", [input], [output], output_split_sizes=list(output_split_sizes),
                          input_split_sizes=list(input_split_sizes))
 
@@ -221,6 +273,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                                f"rank uses the groups it created")
         if len(tensors) != 1:
             raise RuntimeError(f"{kind}: the hccl backend takes one tensor per call, got {len(tensors)}")
+        _check_tensors(tensors)
         self._job.point_to_point(self._comm, self._thread, kind, tensors[0], peer)
         return _done(list(tensors))
 

@@ -161,8 +161,8 @@ class SupportedDevices:
 
 
 class SkipIfNotGteCANNVersion:
-    """Skip the test unless the CANN version is at least ``base_version``. The emulator has no
-    CANN: such tests are skipped."""
+    """Skip the test unless the emulated CANN version (``--npu-cann`` / ``npu_cann``) is at least
+    ``base_version``."""
 
     def __init__(self, base_version, module="CANN"):
         self.base_version = base_version
@@ -171,6 +171,10 @@ class SkipIfNotGteCANNVersion:
     def __call__(self, fn):
         @functools.wraps(fn)
         def func(slf, *args, **kwargs):
-            raise unittest.SkipTest(f"Only run on {self.module} {self.base_version} or greater; "
-                                    f"the emulated device has no {self.module}.")
+            from torch_npu.npu.utils import _is_gte_cann_version, get_cann_version
+
+            if not _is_gte_cann_version(self.base_version, module=self.module):
+                raise unittest.SkipTest(f"Only run on {self.base_version} or greater, current cann version is "
+                                        f"{get_cann_version(module=self.module)}.")
+            return fn(slf, *args, **kwargs)
         return func

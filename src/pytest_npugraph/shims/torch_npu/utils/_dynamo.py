@@ -259,6 +259,7 @@ def setup() -> None:
     from pytest_npugraph.runtime import backend
 
     for name, step in (("trace_rules", _patch_trace_rules), ("bare_devices", backend.register_with_dynamo),
+                       ("compiled_backward", backend.register_with_aot_autograd),
                        ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
                        ("python_types", _patch_python_types), ("stream_context", _patch_stream_context),
                        ("stream_ops", _patch_stream_ops),

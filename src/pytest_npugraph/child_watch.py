@@ -1,0 +1,222 @@
+"""A test that waits for processes which can no longer answer: the wait is ended, not waited on.
+
+Why: suites written for real cards start a process per rank and collect results over
+``multiprocessing`` queues, often with no timeout (torch_npu's own distributed tests:
+``c2p.get()``).  A rank that raises never puts its result, and the test waits forever (on hardware
+too); under the emulator, where a rank may raise because something is not emulated, a run would hang.
+The plugin never hangs a run.
+
+While a test's children inherit the emulation (inherit.py), a watcher thread looks each second at the
+processes the test started (Linux ``/proc``: the test process's children, their state, exit code and
+CPU time; multiprocessing's resource tracker and forkserver are not the test's ranks).  When one of
+them has exited with a non-zero code, the test's thread waits inside ``multiprocessing`` (a queue, a
+pipe, a lock) and none of the test's live children ran (no thread running or runnable, almost no CPU
+used) for ``GRACE`` seconds, nothing can
+arrive: the watcher ends the wait with ``ChildrenEnded`` (raised in the test's thread from a signal
+handler, which interrupts the blocking read) and ends the test's remaining children, which wait for
+the test (left alive, they would also hold up the interpreter's exit, which joins them).  For the same
+reason, when a test fails and leaves processes that wait (no thread running, no CPU used), they are
+ended at its end.
+
+No torch here.  Elsewhere than Linux, or outside the main thread, nothing is watched.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Optional
+
+GRACE = float(os.environ.get("NPUGRAPH_ORPHAN_WAIT", "20"))   # seconds of a wait nothing can end
+_IDLE_CPU = 0.05              # CPU seconds a child may use between two looks (a second) and still be waiting
+_SIGNAL = getattr(signal, "SIGUSR2", None)
+_MP = os.sep + "multiprocessing" + os.sep
+
+
+class ChildrenEnded(RuntimeError):
+    """The test waited in ``multiprocessing`` for processes that ended with an error or wait themselves."""
+
+
+def _proc_children(pid: int) -> set:
+    out = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.update(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _stat(pid: int) -> Optional[tuple]:
+    """(state, CPU seconds, exit code or None, a thread runs) of ``pid``; None when it is gone (reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    cpu = (int(fields[11]) + int(fields[12])) / _TICKS
+    if fields[0] == "Z":
+        code = int(fields[49]) if len(fields) > 49 else 0
+        status = code >> 8 if code & 0x7F == 0 else -(code & 0x7F)   # waitpid form: exit code, or -signal
+        return fields[0], cpu, status, False
+    running = fields[0] == "R"
+    if not running:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "R":
+                        running = True
+                        break
+        except OSError:
+            pass
+    return fields[0], cpu, None, running
+
+
+def _helper(pid: int) -> bool:
+    """multiprocessing's resource tracker or forkserver: started by the test, but not one of its ranks."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"resource_tracker" in command or b"forkserver" in command
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ChildWatch:
+    """One test's watcher (a context manager around the test's body)."""
+
+    def __init__(self, grace: Optional[float] = None):
+        self.grace = GRACE if grace is None else grace
+        self.pid = os.getpid()
+        self.before: set = set()
+        self.seen: dict = {}          # child pid -> exit code once seen ended (None while running)
+        self.stop = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+        self.previous = None
+        self.fired: Optional[str] = None
+
+    def usable(self) -> bool:
+        return (_SIGNAL is not None and sys.platform.startswith("linux") and os.path.isdir(f"/proc/{self.pid}/task")
+                and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(_SIGNAL) in (signal.SIG_DFL, None))
+
+    def __enter__(self) -> "ChildWatch":
+        if not self.usable():
+            return self
+        self.before = _proc_children(self.pid)
+        self.previous = signal.signal(_SIGNAL, self._interrupt)
+        self.main = threading.main_thread().ident
+        self.thread = threading.Thread(target=self._watch, name="npugraph-child-watch", daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, exc_type=None, *exc) -> None:
+        if self.thread is None:
+            return
+        self.stop.set()
+        self.thread.join()
+        signal.signal(_SIGNAL, self.previous if self.previous is not None else signal.SIG_DFL)
+        if exc_type is not None:
+            self._end_waiting_children()
+
+    def _end_waiting_children(self) -> None:
+        """The test failed and left processes that wait (for the test, which will never answer: a queue
+        get, a barrier): ended, or the interpreter's exit, which joins them, would hang the run."""
+        ended, last = [], {}
+        deadline = time.monotonic() + 5.0        # a process still finishing its last put gets a few seconds
+        while time.monotonic() < deadline:
+            live = {pid: _stat(pid) for pid in _proc_children(self.pid) - self.before if not _helper(pid)}
+            live = {pid: stat for pid, stat in live.items() if stat is not None and stat[0] != "Z" and pid not in ended}
+            if not live:
+                break
+            for pid, now in live.items():
+                before = last.get(pid)
+                if before is not None and not now[3] and not before[3] and now[1] - before[1] <= _IDLE_CPU:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        ended.append(pid)
+                    except OSError:
+                        pass
+            last = live
+            time.sleep(0.5)
+        if ended:
+            print(f"npugraph: the test failed and left {len(ended)} process(es) waiting ({', '.join(map(str, ended))}); "
+                  f"ended them (the interpreter's exit joins them, and would wait forever)", file=sys.stderr)
+
+    # -- the watcher thread
+    def _watch(self) -> None:
+        quiet_since, cpu = None, {}
+        while not self.stop.wait(1.0):
+            live, working = [], False
+            for pid in _proc_children(self.pid) - self.before:
+                if pid not in self.seen and _helper(pid):
+                    self.before.add(pid)
+                    continue
+                stat = _stat(pid)
+                if stat is None:
+                    continue
+                if stat[0] == "Z":
+                    self.seen[pid] = stat[2]
+                    continue
+                self.seen.setdefault(pid, None)
+                live.append(pid)
+                # working: a thread runs (or waits for a core) now, or it used CPU since the last look
+                working |= stat[3] or stat[1] - cpu.get(pid, 0.0) > _IDLE_CPU
+                cpu[pid] = stat[1]
+            failed = {pid: code for pid, code in self.seen.items() if code not in (None, 0)}
+            waiting = self._waits_in_multiprocessing()
+            if not failed or not waiting or working:
+                quiet_since = None
+                continue
+            now = time.monotonic()
+            if quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= self.grace:
+                self.fired = self._message(waiting, failed, live)
+                for pid in live:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                signal.pthread_kill(self.main, _SIGNAL)
+                return
+
+    def _waits_in_multiprocessing(self) -> Optional[str]:
+        """Where the test's thread waits, if its innermost Python frame is in multiprocessing."""
+        frame = sys._current_frames().get(self.main)
+        if frame is None or _MP not in frame.f_code.co_filename:
+            return None
+        caller = frame
+        while caller is not None and _MP in caller.f_code.co_filename:
+            if caller.f_locals.get("timeout") is not None:
+                return None           # a wait with a timeout ends by itself
+            caller = caller.f_back
+        inner = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
+        if caller is not None:
+            inner += f", called from {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        return inner
+
+    def _message(self, where: str, failed: dict, live: list) -> str:
+        ended = ", ".join(f"pid {pid} ended with " + (f"exit code {code}" if code > 0 else f"signal {-code}")
+                          for pid, code in sorted(failed.items()))
+        others = (f"; the others ({', '.join(map(str, sorted(live)))}) wait without working and were ended"
+                  if live else "")
+        return (f"npugraph: the test waits in multiprocessing ({where}) for the processes it started, but "
+                f"{ended} (its error, if it printed one, is in the test's captured stderr){others}: nothing can arrive, so the "
+                f"wait would last forever (on hardware too). npugraph ended it after {self.grace:g} s "
+                f"(NPUGRAPH_ORPHAN_WAIT).")
+
+    def _interrupt(self, signum, frame):
+        if self.fired is not None:
+            message, self.fired = self.fired, None
+            raise ChildrenEnded(message)
