@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from pytest_npugraph import trace as T
-from pytest_npugraph.analysis import AnalysisError, analyze, contents, cores, deadlock, races, record_stream
+from pytest_npugraph.analysis import (AnalysisError, analyze, contents, cores, deadlock, overwrite, races,
+                                      record_stream, reinplace, super_kernel)
 
 from analysis_cores.test_oracle import scenarios
 from .test_oracle import programs
@@ -77,7 +78,7 @@ def test_a_one_stream_trace_skips_the_cross_stream_models():
     b.free("x")
     b.sync("read", stream="main")
     facts = contents.of(b.trace)
-    assert facts.no_conflicts and facts.no_core_hazards and facts.no_deadlock
+    assert all(getattr(facts, name) for name in NAMES)
     assert same_verdict(b.trace) == ("ok", [])
 
 
@@ -222,6 +223,52 @@ def test_a_reinplace_veto_on_one_stream_is_reported():
     assert kinds(b.trace) == ["reinplace-conflict"]
 
 
+def replay_kernel(b, stream, call: int, writes, line=None, op="aten::mul"):
+    return b.kernel(stream, writes=writes, op=op, line=line, graph=T.GraphCall("graph_1", "k", call))
+
+
+def test_an_output_overwritten_by_the_next_replay_on_one_stream_is_reported():
+    b = Build("main")
+    b.alloc("out")
+    replay_kernel(b, "main", 1, "out")
+    b.marker(T.GraphOutputs, "main", call=T.GraphCall("graph_1", "k", 1), spans=(b.view("out"),))
+    replay_kernel(b, "main", 2, "out")
+    b.marker(T.GraphOutputRead, "main", call=T.GraphCall("graph_1", "k", 1), span=b.view("out"))
+    b.kernel("main", reads="out")
+    facts = contents.of(b.trace)
+    assert facts.no_conflicts and not facts.no_overwrite
+    assert kinds(b.trace) == ["output-overwrite"]
+
+
+def test_a_pool_block_a_replay_wrote_over_on_one_stream_is_reported():
+    b = Build("main")
+    bid = b.alloc("mine")
+    b.trace.blocks[bid] = dataclasses.replace(b.trace.blocks[bid], pool="(1, 0)")
+    replay_kernel(b, "main", 1, T.Span(0, b.trace.blocks[bid].lo, b.trace.blocks[bid].hi, bid + 1))
+    b.kernel("main", reads="mine")
+    assert kinds(b.trace) == ["output-overwrite"]
+
+
+EARLY = T.OpCores(kind="AIV", vector=48, early_start=True)
+
+
+def test_super_kernel_hazards_on_one_stream_are_reported():
+    b = Build("main")
+    b.alloc("x")
+    b.kernel("main", writes="x", cores=EARLY)                     # outside any scope: a warning
+    assert not contents.of(b.trace).no_super_kernel
+    assert [(h.kind, h.severity) for h in same_verdict(b.trace)[1]] == [("super-kernel", "warning")]
+    b = Build("main")
+    b.alloc("x")
+    b.marker(T.SuperKernelBegin, "main", name="decode")
+    b.kernel("main", writes="x", cores=EARLY)
+    b.kernel("main", reads="x")                                   # starts before its producer ends
+    assert [(h.kind, h.severity) for h in same_verdict(b.trace)[1]] == [("super-kernel", "error")] * 2   # + never ended
+    b = Build("main")
+    b.marker(T.SuperKernelEnd, "main", name="decode")            # an end with no begin
+    assert kinds(b.trace) == ["super-kernel"]
+
+
 def test_the_preconditions_hold_each_analysis_to_its_rule_when_called_alone():
     """Called outside ``analyze`` (no cache), each analysis applies its precondition the same way."""
     b = Build("main", "side")
@@ -232,6 +279,7 @@ def test_the_preconditions_hold_each_analysis_to_its_rule_when_called_alone():
     collapsed = folded(b.trace, blocks=True)
     assert races.conflicts(collapsed) == [] and record_stream.find(collapsed) == []
     assert cores.find(collapsed) == [] and deadlock.find(collapsed) == []
+    assert overwrite.find(collapsed) == [] and super_kernel.find(collapsed) == [] and reinplace.find(collapsed) == []
 
 
 # ------------------------------------------------------------------------- differential
@@ -258,14 +306,17 @@ def shaped(trace: T.Trace, shape: str) -> T.Trace:
     return trace if shape == "as drawn" else folded(trace, blocks=shape.endswith("too"))
 
 
+NAMES = ("no_conflicts", "no_core_hazards", "no_deadlock", "no_overwrite", "no_super_kernel", "no_reinplace")
+
+
 def tally(seen: Counter, trace: T.Trace) -> None:
     facts = contents.of(trace)
-    for name in ("no_conflicts", "no_core_hazards", "no_deadlock"):
+    for name in NAMES:
         seen[name, getattr(facts, name)] += 1
 
 
-def enough(seen: Counter, floor: int, names=("no_conflicts", "no_core_hazards", "no_deadlock")) -> None:
-    assert all(seen[name, value] >= floor for name in names for value in (True, False)), seen
+def enough(seen: Counter, floor: int, names=NAMES) -> None:
+    assert all(seen[name, value] >= floor for name in names for value in (True, False)), sorted(seen.items(), key=str)
 
 
 def test_race_oracle_programs_get_the_same_hazards():
@@ -315,18 +366,25 @@ def mixed(draw) -> T.Trace:
             name = f"t{d}{i}"
             b.alloc(name, size=8, stream=draw(st.sampled_from(streams[d])), device=d)
             live.append((d, name))
+    pool: list = []
+    for d in range(devices):
+        bid = b.alloc(f"p{d}", size=8, stream=streams[d][0], device=d)
+        b.trace.blocks[bid] = dataclasses.replace(b.trace.blocks[bid], pool="(1, 0)")
+        pool.append((d, f"p{d}"))
     for name in ("e0", "e1"):
         b.event(name)
     b.event("x", external=True)
     event = st.sampled_from(["e0", "e1", "x"])
     kernels: list = []
-    for _ in range(draw(st.integers(1, 14))):
+    for _ in range(draw(st.integers(1, 20))):
         d = draw(st.integers(0, devices - 1))
         s = draw(st.sampled_from(streams[d]))
         what = draw(st.sampled_from(["kernel"] * 4 + ["collective", "group", "record", "wait", "reset", "sync",
-                                                      "host access", "limit", "device limit", "record_stream",
-                                                      "free"]))
-        mine = [name for dev, name in live if dev == d]
+                                                      "host access", "limit", "limit", "device limit", "record_stream",
+                                                      "free", "replay", "outputs", "output read", "scope",
+                                                      "reinplace"]))
+        mine = [name for dev, name in live + pool if dev == d]
+        call = T.GraphCall("g1", None, draw(st.integers(0, 2)))
         if what == "kernel":
             spans = [b.view(draw(st.sampled_from(mine)), *draw(st.sampled_from([(0, 8), (0, 4), (4, 8)])))
                      for _ in range(2)] if mine else [(), ()]
@@ -334,8 +392,28 @@ def mixed(draw) -> T.Trace:
                 if mine else ((), ())
             kernels.append(b.kernel(s, reads=reads, writes=writes, op=draw(st.sampled_from(["add", "nonzero"])),
                                     cube=draw(st.integers(0, 2)), vector=draw(st.integers(0, 4)),
-                                    resident=draw(st.integers(0, 3)) == 0, kind=draw(st.sampled_from(["AIV", "AICPU"])),
-                                    limit_applies=draw(st.booleans())))
+                                    line=draw(st.sampled_from([None, 777])),
+                                    cores=T.OpCores(draw(st.sampled_from(["AIV", "AICPU"])), draw(st.integers(0, 2)),
+                                                    draw(st.integers(0, 4)), draw(st.integers(0, 3)) == 0,
+                                                    draw(st.booleans()), draw(st.integers(0, 5)) == 0)))
+        elif what == "replay" and mine:      # a captured (replay 0) or replayed task of graph g1
+            mine_pool = [name for dev, name in pool if dev == d]
+            span = b.view(draw(st.sampled_from(mine_pool if mine_pool and draw(st.booleans()) else mine)))
+            if draw(st.booleans()):          # captured when the memory belonged to another, dead tensor
+                span = dataclasses.replace(span, block=99999)
+            kernels.append(b.kernel(s, writes=span, op="aten::add_.Tensor", line=777, graph=call))
+        elif what == "outputs" and mine:
+            b.marker(T.GraphOutputs, s, call=call, spans=(b.view(draw(st.sampled_from(mine))),))
+        elif what == "output read" and mine:
+            b.marker(T.GraphOutputRead, s, call=call, span=b.view(draw(st.sampled_from(mine))))
+        elif what == "scope":
+            b.marker(draw(st.sampled_from([T.SuperKernelBegin, T.SuperKernelEnd])), s, name="sk",
+                     options=draw(st.sampled_from(["", "stream-fusion=1"])))
+        elif what == "reinplace":
+            verdict = T.ReinplaceVerdict("g1", "add", "aten::add.Tensor", "aten::add_.Tensor",
+                                         draw(st.sampled_from(["applied", "vetoed", "disabled"])), "inplaceable",
+                                         "disable_reinplace_inplaceable_ops_pass", ("0", "1"), (("mul", "0", None),))
+            b.marker(T.Reinplace, verdict=verdict, line=777)
         elif what == "collective":
             b.collective(s, draw(st.sampled_from(["all_reduce", "all_gather", "hccl::send", "hccl::recv"])), "g",
                          draw(st.integers(1, 2)), vector=draw(st.integers(0, 3)), resident=draw(st.booleans()))
@@ -363,7 +441,7 @@ def mixed(draw) -> T.Trace:
         elif what == "free" and mine:
             old = draw(st.sampled_from(mine))
             b.free(old)
-            live.remove((d, old))
+            (live if (d, old) in live else pool).remove((d, old))
             if draw(st.booleans()):
                 new = f"t{d}{len(b.bids)}"
                 b.alloc(new, size=8, reuses=old, device=d)
@@ -384,9 +462,11 @@ def test_mixed_programs_get_the_same_hazards():
             seen[h.kind] += 1
 
     agree()
-    enough(seen, EXAMPLES // 20)
+    enough(seen, EXAMPLES // 20, names=NAMES)
     # one-stream programs report what they can: the kinds the preconditions must not hide
-    assert all(seen[kind] for kind in ("race", "event-misuse", "core-limit", "limit-ineffective", "deadlock")), seen
+    missing = [kind for kind in ("race", "event-misuse", "core-limit", "limit-ineffective",
+                                 "deadlock", "output-overwrite", "super-kernel", "reinplace-conflict") if not seen[kind]]
+    assert not missing, missing
 
 
 PROGRAMS = 40
@@ -409,5 +489,5 @@ def test_emulated_one_stream_programs_get_the_same_hazards(npugraph, program):
     torch.npu.synchronize()
     trace = npugraph.trace.with_records(npugraph.trace.records[:])
     facts = contents.of(trace)
-    assert facts.no_conflicts and facts.no_core_hazards and facts.no_deadlock
+    assert all(getattr(facts, name) for name in NAMES)
     assert same_verdict(trace) == ("ok", [])

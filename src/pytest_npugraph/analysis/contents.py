@@ -29,12 +29,19 @@ Preconditions (each analysis returns no hazard when its precondition says so):
   So no reachable state is stuck, and no mismatched collective exists.  A collective is enough to
   run the search: one issued twice on one stream for one ``(group, seq)`` (a send to self), or in
   a group whose other devices never issue it, deadlocks on a single stream.
+* ``overwrite`` (``output-overwrite``): no kernel of a graph (``Kernel.graph``).  A stale output is
+  one a replayed kernel wrote over, and a pool block is clobbered only by a replayed kernel's write.
+* ``super_kernel``: no ``SuperKernelBegin``/``SuperKernelEnd`` record and no kernel whose profile
+  starts the next early (``OpCores.early_start``): every rule needs a scope record or such a kernel.
+* ``reinplace`` (``reinplace-conflict``): no ``Reinplace`` record.  A veto is one; a conflict is a
+  race on a write that an applied ``Reinplace`` marker made in place (``races.reinplace_of``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..trace import DeviceLimit, EventRecord, EventWait, Kernel, StreamLimit
+from ..trace import (DeviceLimit, EventRecord, EventWait, Kernel, Reinplace, StreamLimit, SuperKernelBegin,
+                     SuperKernelEnd)
 from .happens_before import memo
 
 FAST = True     # False: every analysis runs in full (the differential tests compare the two)
@@ -47,6 +54,9 @@ class Contents:
     collectives: bool          # a Kernel with ``collective`` set
     resident: bool             # a Kernel whose profile is ``all_resident``
     limits: bool               # a StreamLimit/DeviceLimit record, or a Kernel issued under a limit
+    graph_kernels: bool        # a Kernel of a captured graph (``Kernel.graph``: capture or replay)
+    super_kernels: bool        # a SuperKernelBegin/End record, or a Kernel whose profile has ``early_start``
+    reinplace: bool            # a Reinplace record
 
     @property
     def no_conflicts(self) -> bool:
@@ -63,32 +73,53 @@ class Contents:
         """``deadlock.find`` finds nothing."""
         return FAST and not self.collectives and (not self.resident or self.lanes_per_device < 2)
 
+    @property
+    def no_overwrite(self) -> bool:
+        """``overwrite.find`` finds nothing."""
+        return FAST and not self.graph_kernels
+
+    @property
+    def no_super_kernel(self) -> bool:
+        """``super_kernel.find`` finds nothing."""
+        return FAST and not self.super_kernels
+
+    @property
+    def no_reinplace(self) -> bool:
+        """``reinplace.find`` finds nothing."""
+        return FAST and not self.reinplace
+
 
 def compute(trace) -> Contents:
+    records = trace.records
+    types = set(map(type, records))
     kernel_streams: set = set()
-    task_streams: set = set()
-    collectives = resident = limits = False
-    for rec in trace.records:
-        cls = type(rec)
-        if cls is Kernel:
+    collectives = resident = limits = graph_kernels = early_start = False
+    for rec in records:
+        if type(rec) is Kernel:
             kernel_streams.add(rec.stream)
+            cores = rec.cores
             if rec.collective is not None:
                 collectives = True
-            if rec.cores.all_resident:
+            if cores.all_resident:
                 resident = True
+            if cores.early_start:
+                early_start = True
             if rec.cube_limit or rec.vector_limit:
                 limits = True
-        elif cls is EventRecord or cls is EventWait:
-            task_streams.add(rec.stream)
-        elif cls is StreamLimit or cls is DeviceLimit:
-            limits = True
-    task_streams |= kernel_streams
+            if rec.graph is not None:
+                graph_kernels = True
+    task_streams = set(kernel_streams)
+    if EventRecord in types or EventWait in types:
+        task_streams.update(rec.stream for rec in records if type(rec) is EventRecord or type(rec) is EventWait)
+    limits = limits or StreamLimit in types or DeviceLimit in types
+    super_kernels = early_start or SuperKernelBegin in types or SuperKernelEnd in types
     per_device: dict = {}
     for sid in task_streams:       # the device taskgraph puts a stream's lane on
         info = trace.streams.get(sid)
         device = info.device if info is not None else 0
         per_device[device] = per_device.get(device, 0) + 1
-    return Contents(len(kernel_streams), max(per_device.values(), default=0), collectives, resident, limits)
+    return Contents(len(kernel_streams), max(per_device.values(), default=0), collectives, resident, limits,
+                    graph_kernels, super_kernels, Reinplace in types)
 
 
 def of(trace, cache: dict | None = None) -> Contents:
