@@ -5,6 +5,7 @@ The plugin fills this in at test setup; the runtime (imported only when user cod
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -38,6 +39,7 @@ class Context:
         self.config = config
         self.test_hook = test_hook
         self.generation += 1
+        set_torch_version_cann(config.cann)
 
     def op_profile(self, op_name: str):
         """The users' ``pytest_npugraph_op_profile`` answer for ``op_name`` (conftests of the running test)."""
@@ -52,3 +54,11 @@ class Context:
 
 
 CONTEXT = Context()
+
+
+def set_torch_version_cann(release: str) -> None:
+    """``torch.version.cann``: importing the real torch_npu sets it to the installed CANN's version
+    (vLLM-Ascend's ``find_hccl_library`` reads it); here the emulated release, once torch_npu is imported."""
+    torch = sys.modules.get("torch")
+    if torch is not None and "torch_npu" in sys.modules:
+        torch.version.cann = release

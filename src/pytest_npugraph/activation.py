@@ -9,6 +9,9 @@ import sys
 
 SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims")
 PACKAGES = ("torch_npu", "torchair", "npugraph_ex")
+# CANN's pyACL: emulated too, but a suite's stub of it is its own business (it is not pip-installable,
+# so CPU suites stub it): not guarded like PACKAGES, only removed with them on deactivation
+OTHER_SHIMS = ("acl",)
 
 
 def real_torch_npu_installed() -> bool:
@@ -31,7 +34,7 @@ def deactivate() -> None:
     if SHIMS in sys.path:
         sys.path.remove(SHIMS)
     for name in list(sys.modules):
-        if name.split(".")[0] in PACKAGES and _is_emulated(sys.modules[name]):
+        if name.split(".")[0] in PACKAGES + OTHER_SHIMS and _is_emulated(sys.modules[name]):
             del sys.modules[name]
 
 

@@ -17,7 +17,7 @@ class GraphOp:
 
 @dataclass
 class GraphRecord:
-    name: str                  # "graph_1", as TorchAir names FX graphs
+    name: str                  # "graph_1", as TorchAir names FX graphs (dumps, counters)
     mode: str                  # "max-autotune" | "reduce-overhead" | "npugraph_ex"
     ops: list                  # GraphOp per node (after TorchAir's passes)
     fx_graph: Any = None       # the FX GraphModule the mode runs (for structural checks)
@@ -27,6 +27,10 @@ class GraphRecord:
     replays: int = 0           # replays of captured graphs
     runs: int = 0              # calls of the compiled graph
     fallback_to_eager: bool = False
+    label: str = ""            # its name in reports, HTML and timelines: the user's function ("decode_step")
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.name
 
     def streams(self) -> set:
         """The stream labels ops run on (None: the main stream)."""

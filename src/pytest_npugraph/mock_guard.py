@@ -8,7 +8,8 @@ mocks.  So after each conftest.py is imported the plugin checks that the emulate
 the ones in place, and if not stops the run once, with an error that names the conftest's lines that
 did it and the fix.  An error rather than a warning: the run that would follow tests neither the
 emulation nor the mocks, and nothing in it can be trusted.  (A *test* that re-stubs is different:
-it is undone after the test with a warning, see ``activation.restore``.)
+it is undone after the test with a warning, see ``activation.restore``; a *test module* that stubs
+when imported is undone once it is imported, with a warning, see ``undo``.)
 
 Imports neither torch nor pytest.
 """
@@ -70,3 +71,24 @@ def message(conftest: str, names: list, rootdir: str = None) -> str:
             "install them only when there is no NPU: the emulation puts `npu-smi` on PATH, so a conftest that "
             "probes `npu-smi info` (as vLLM-Ascend's does) keeps its stubs for plain CPU runs only. To run the suite "
             "on its stubs instead, pass --npu-emulate=off. See docs/migrating-from-magicmock.md.")
+
+
+def undo(state: dict) -> list:
+    """Put the emulated modules and ``torch.npu`` back after a test module's import (``state`` is
+    ``activation.snapshot()`` from before it); returns what had been replaced.  Also when the module
+    imported the emulated torch_npu itself (``state`` empty) and then stubbed over it."""
+    changed = activation.restore(state)
+    torch, emulated = sys.modules.get("torch"), sys.modules.get("torch_npu.npu")
+    if "torch.npu" in swapped() and torch is not None and emulated is not None and activation._is_emulated(emulated):
+        torch.npu = emulated
+        changed.append("torch.npu")
+    return list(dict.fromkeys(str(name) for name in changed))
+
+
+def module_message(path: str, names: list, rootdir: str = None) -> str:
+    where = os.path.relpath(path, rootdir) if rootdir else path
+    lines = "; ".join(f"line {n}: {text}" for n, text in stub_lines(path)) or "a module it imports did it"
+    return (f"npugraph: {where} replaced the emulated {', '.join(names)} with a stub when imported ({lines}); "
+            f"restored the emulated versions, so its tests and later ones run on the emulation (which computes "
+            f"real values: the stub is not needed; guard it with an `npu-smi info` probe or pass --npu-emulate=off "
+            f"to run on stubs)")

@@ -130,6 +130,25 @@ def pytest_plugin_registered(plugin, manager):
         raise pytest.UsageError(mock_guard.message(path, names, CONTEXT.rootdir or os.getcwd()))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module that stubs torch_npu / torch.npu when imported (vLLM-Ascend's kv_offload tests do,
+    unconditionally) would leave the stub for every later test: the stub is undone once the module is
+    imported, with a warning naming its lines, so its tests and all later ones run on the emulation."""
+    if not CONTEXT.emulating or not isinstance(collector, pytest.Module):
+        return (yield)
+    state = activation.snapshot()
+    try:
+        return (yield)
+    finally:
+        from . import mock_guard
+
+        changed = mock_guard.undo(state)
+        if changed:
+            warnings.warn(NpuHazardWarning(mock_guard.module_message(str(collector.path), changed,
+                                                                     CONTEXT.rootdir or os.getcwd())))
+
+
 def pytest_configure(config):
     for name, help_text in MARKERS.items():
         config.addinivalue_line("markers", help_text)

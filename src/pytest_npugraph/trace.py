@@ -15,6 +15,7 @@ Identity conventions
 """
 from __future__ import annotations
 
+import re
 from dataclasses import MISSING, dataclass, fields
 from itertools import islice
 from typing import ClassVar, NamedTuple, Optional, Union
@@ -123,7 +124,7 @@ class StreamInfo:
     sid: int
     device: int
     stream_id: int  # torch_npu encoding: 0 default, (3<<5)+i pool, ...
-    label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/graph_1:main", "npu:0/graph_1:tag '1' (stream-0)"
+    label: str      # "npu:0/default", "npu:0/stream-3", "npu:0/decode_step:main", "npu:0/decode_step:tag '1' (stream-0)"
     site: Site = UNKNOWN_SITE   # the user's line that made it (an eager torch.npu.Stream()), if one did
 
     @property
@@ -339,13 +340,25 @@ class HostAccess(Marker):
     site: Site = UNKNOWN_SITE
 
 
+_KEY_HASH = re.compile(r"(?<=\])-?\d+$")     # the parameter-address hash TorchAir appends to a key
+
+
+def shown_key(key: Optional[str]) -> str:
+    """The part of a reduce-overhead graph key worth showing: ``[[4]]`` of ``[[4]]-8812...``; "" for
+    ``no_updated_input<hash>`` (no input picks the key) and for None (an NPUGraph has no key)."""
+    if not key or key.startswith("no_updated_input"):
+        return ""
+    return _KEY_HASH.sub("", key)
+
+
 @_record
 class GraphCall:
-    """Which captured graph a task belongs to: ``graph_1[key]#replay3`` as a structure.
+    """Which captured graph a task belongs to: ``decode_step[[4]]#replay3`` as a structure.
 
-    ``name`` is the compiled graph's name or the NPUGraph's label, ``key`` the aclgraph graph key
-    (one capture per key; None for ``torch.npu.NPUGraph``), ``replay`` the n-th replay (1, 2, ...)
-    or 0 for the capture itself (the shadow tasks recorded while capturing).
+    ``name`` is the graph's name in reports (``runtime/graph_names.py``: the user's function, or
+    ``NPUGraph@test_x.py:12`` for a capture), ``key`` the aclgraph graph key (one capture per key;
+    None for ``torch.npu.NPUGraph``), ``replay`` the n-th replay (1, 2, ...) or 0 for the capture
+    itself (the shadow tasks recorded while capturing).
     """
 
     name: str
@@ -354,8 +367,11 @@ class GraphCall:
 
     @property
     def label(self) -> str:
-        """The graph (not the call): ``graph_1[key]`` or the NPUGraph's label."""
-        return self.name if self.key is None else f"{self.name}[{self.key}]"
+        """The graph (not the call): ``decode_step``, ``decode_step[[4]]`` (the key, where an input
+        shape picks it) or ``NPUGraph@test_x.py:12``.  TorchAir's ``no_updated_input`` and the
+        parameter-address hash it appends to a key say nothing to the user and are left out."""
+        shown = shown_key(self.key)
+        return f"{self.name}[{shown}]" if shown else self.name
 
     @property
     def capture(self) -> bool:
@@ -476,7 +492,7 @@ class GraphOutputRead(Marker):
 class ReinplaceVerdict(NamedTuple):
     """``Reinplace.verdict``: what TorchAir's reinplace passes decided for one graph node."""
 
-    graph: str                  # "graph_1"
+    graph: str                  # the graph's report name ("decode_step", runtime/graph_names.py)
     node: str
     op: str                     # the functional op ("aten::add.Tensor", as Kernel.op)
     inplace_op: str             # what it becomes when applied ("aten::add_.Tensor")

@@ -122,3 +122,73 @@ def test_stub_lines_patterns(tmp_path):
         "sys.modules['other'] = m",
     ]))
     assert [n for n, _ in mock_guard.stub_lines(str(conftest))] == [2, 3, 4, 5, 6]
+
+
+def test_test_module_stubbing_at_import_is_undone_for_its_tests_and_later_ones(pytester):
+    """vLLM-Ascend's kv_offload tests set ``torch.npu = fake.npu`` at module level, unconditionally: the
+    stub stays for the rest of the session unless undone, and ``patch("torch.npu.x")`` in later modules
+    then lands on the emulated ``sys.modules["torch.npu"]`` while code calls the stub."""
+    pytester.makepyfile(
+        test_a_stubs="""
+            import sys, types
+            from unittest.mock import MagicMock
+            import torch
+            import torch_npu
+
+            fake = types.ModuleType("torch_npu")
+            fake.npu = MagicMock()
+            sys.modules.setdefault("torch_npu", fake)
+            torch.npu = fake.npu
+
+            def test_own_module_runs_on_the_emulation():
+                assert torch.npu is torch_npu.npu
+                assert torch.ones(2, device="npu").device.type == "npu"
+        """,
+        test_b_later="""
+            from unittest.mock import patch
+            import torch
+
+            def get_device_name(i):
+                return torch.npu.get_device_name(i)
+
+            def test_patch_lands_where_code_looks():
+                assert not type(torch.npu).__name__.endswith("Mock")
+                with patch("torch.npu.get_device_name", return_value="Ascend910B2") as name:
+                    assert get_device_name(0) == "Ascend910B2"
+                name.assert_called_once_with(0)
+        """)
+    result = run(pytester, "-W", "always")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "npugraph: test_a_stubs.py replaced the emulated torch.npu with a stub when imported" in out
+    assert "line 9: torch.npu = fake.npu" in out
+
+
+def test_test_module_stubbing_is_left_alone_without_emulation(pytester):
+    pytester.makepyfile(test_a="""
+        from unittest.mock import MagicMock
+        import torch
+
+        torch.npu = MagicMock()
+
+        def test_a():
+            assert isinstance(torch.npu, MagicMock)
+    """)
+    run(pytester, "--npu-emulate=off").assert_outcomes(passed=1)
+
+
+def test_torch_version_cann_is_the_emulated_release(pytester):
+    """Importing torch_npu sets ``torch.version.cann`` (vLLM-Ascend's find_hccl_library reads it)."""
+    pytester.makepyfile("""
+        import pytest
+        import torch
+        import torch_npu
+
+        def test_default():
+            assert torch.version.cann == "8.5.0"
+
+        @pytest.mark.npu_cann("9.0.0")
+        def test_marker():
+            assert torch.version.cann == "9.0.0"
+    """)
+    run(pytester).assert_outcomes(passed=2)

@@ -39,8 +39,11 @@ def graph_kernels(npugraph, since=0) -> list:
 
 
 def graph_of(npugraph, kernel) -> str:
-    return kernel.graph.name if kernel.graph is not None else npugraph.trace.streams[kernel.stream].label.split("/")[
-        1].split(":")[0]
+    """The graph's name: of the replay, else of the GE stream ``npu:0/<graph>:main`` (a graph's name
+    can hold a colon: ``lambda@test_x.py:12``)."""
+    if kernel.graph is not None:
+        return kernel.graph.name
+    return npugraph.trace.streams[kernel.stream].label.split("/", 1)[1].rsplit(":", 1)[0]
 
 
 # --------------------------------------------------------------------------- compiled modes

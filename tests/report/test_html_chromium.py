@@ -47,7 +47,7 @@ def test_tag_race(npugraph):
     config = CompilerConfig()
     config.mode = "reduce-overhead"
     model = torch.compile(Tagged(), backend=tng.get_npu_backend(compiler_config=config), fullgraph=True)
-    with npugraph.expect("race", match="graph_1:tag '8'"):
+    with npugraph.expect("race", match="Tagged.forward:tag '8'"):
         model(torch.ones(4, 4, device="npu"), torch.ones(4, 4, device="npu"))
 
 def aiv_step(rank):
@@ -144,10 +144,10 @@ def test_tracks_per_device_and_stream(rendered):
 def test_tracks_named_by_the_users_stream_tags(rendered):
     page, _ = rendered
     tracks = {a["data-track"] for a in page.select("g", "track")}
-    tagged = {t for t in tracks if re.fullmatch(r"npu:0/graph_1:tag '[78]' \(stream-\d+\)", t)}
+    tagged = {t for t in tracks if re.fullmatch(r"npu:0/Tagged\.forward:tag '[78]' \(stream-\d+\)", t)}
     assert len(tagged) == 2, tracks
-    (race,) = [li for li in _hazard_items(page.dom) if "graph_1:tag '8'" in li]
-    assert "graph_1:tag '7'" in race                   # both sides by their tags, as in the text report
+    (race,) = [li for li in _hazard_items(page.dom) if "Tagged.forward:tag '8'" in li]
+    assert "Tagged.forward:tag '7'" in race                   # both sides by their tags, as in the text report
 
 
 def test_one_bug_one_report_with_its_cause_inside(rendered):

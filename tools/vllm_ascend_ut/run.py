@@ -64,13 +64,14 @@ def main() -> None:
     p.add_argument("--venv", required=True)
     p.add_argument("--src", required=True)
     p.add_argument("--out", default="vllm_ascend_ut_results")
-    p.add_argument("--only", choices=("on", "off"))
+    p.add_argument("--only", choices=("on", "off"), help="run one mode (two can run side by side)")
+    p.add_argument("--report-only", action="store_true", help="compare the XML files already in --out")
     a, extra = p.parse_known_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for mode in ("off", "on"):
-        if a.only in (None, mode):
+        if a.only in (None, mode) and not a.report_only:
             run(a.venv, a.src, out, mode == "on", extra)
         xml = out / f"{mode}.xml"
         if xml.exists():
@@ -84,6 +85,13 @@ def main() -> None:
         for text, n in causes.most_common(40):
             print(f"  {n:5d}  {text}")
     if len(results) == 2:
+        for a_mode, b_mode in (("off", "on"), ("on", "off")):
+            moved = sorted(k for k, v in results[a_mode].items()
+                           if v[0] == "passed" and results[b_mode].get(k, ("",))[0] in ("failed", "error"))
+            print(f"{len(moved)} tests pass with the plugin {a_mode} and fail with it {b_mode}")
+            if a_mode == "off":
+                for k in moved[:60]:
+                    print(f"  {k}: {cause(results[b_mode][k][2])}")
         both = [k for k in results["on"] if results["on"][k][0] == "passed" and results["off"].get(k, ("",))[0] == "passed"]
         if both:
             on = statistics.median(results["on"][k][1] for k in both)

@@ -117,7 +117,7 @@ def access(trace, kernel, writes: bool) -> str:
 
 
 def ge_stream(trace, sid) -> bool:
-    """A GE graph's own stream (``npu:0/graph_1:main``, ``npu:0/graph_1:tag '1'``): GE plans that graph's
+    """A GE graph's own stream (``npu:0/decode_step:main``, ``npu:0/decode_step:tag '1'``): GE plans that graph's
     memory statically, cross-stream lifetimes included, so the caching allocator's reuse rules (and
     ``record_stream``) do not apply to it."""
     info = trace.streams.get(sid)

@@ -105,9 +105,9 @@ def _overwrite(kernel, fresh, calls) -> list:
 def _overwriting_call(trace, kernel):
     """The ``graph_outputs`` marker of the call whose replay ran ``kernel`` (None: a bare
     ``NPUGraph.replay``, which names no outputs)."""
-    label = kernel.graph.label
+    graph = (kernel.graph.name, kernel.graph.key)     # not the label: two keys can show alike
     for rec in trace.records[kernel.seq + 1:]:
-        if type(rec) is GraphOutputs and rec.call.label == label:
+        if type(rec) is GraphOutputs and (rec.call.name, rec.call.key) == graph:
             return rec
     return None
 

@@ -74,9 +74,10 @@ class AclConcreteGraph:
     """A compiled FX graph in reduce-overhead mode; calling it runs one step as above."""
 
     def __init__(self, gm, settings, name: str, mutated_user_inputs, static_input_idxs, *, eager: bool = False,
-                 event_tags=()):
+                 event_tags=(), label: str = ""):
         self.settings = settings
-        self.name = name
+        self.name = name                 # TorchAir's ("graph_1": counters, dumps, event tags)
+        self.label = label or name       # the reports' (graph_names: the user's function)
         self.pool_config = settings.custom_pool
         check_pool(self.pool_config)
         self.clone_input = settings.clone_input
@@ -98,7 +99,7 @@ class AclConcreteGraph:
         stream_events.resolve_default_stream_markers(gm)
         passes.apply_event_record(gm)
         gm.graph.eliminate_dead_code()
-        emit.reinplace_verdicts(reinplace.apply(gm, settings, name))           # steps 7-8
+        emit.reinplace_verdicts(reinplace.apply(gm, settings, self.label))     # steps 7-8
         self.static_kernel = passes.replace_core_limit_nodes(gm, settings)
         if settings.data_dump_path is not None and settings.data_dump_stage == "optimized":
             if settings.super_kernel_optimize:
@@ -179,7 +180,7 @@ class AclConcreteGraph:
         self.stream = None
         self.pool = None
         self.warned = False
-        self.record = GraphRecord(self.name, self.settings.mode, self.ops, fx_graph=self.gm)
+        self.record = GraphRecord(self.name, self.settings.mode, self.ops, fx_graph=self.gm, label=self.label)
         rt.graphs.append(self.record)
         # what the generated module makes on its first run: TorchAir's events and the labels' streams
         passes.create_events(self.tagged_event_names)
@@ -190,7 +191,7 @@ class AclConcreteGraph:
         info = self.user_stream_info.get(label)
         if info is None:
             stream = torch.npu.Stream()
-            current().name_stream(stream._state, f"{self.name}:tag '{label}'")   # as GE names its tag streams
+            current().name_stream(stream._state, f"{self.label}:tag '{label}'")   # as GE names its tag streams
             return stream
         return torch.npu.Stream(stream_id=info["stream_id"], device_index=info["device_index"],
                                 device_type=info["device_type"])
@@ -221,6 +222,7 @@ class AclConcreteGraph:
     def compile(self, rt, args) -> str:
         if not self.captured:
             self.stream = torch.npu.Stream()
+            rt.name_stream(self.stream._state, f"{self.label}:capture")    # where its captures allocate
             self.pool = self.pool_config if self.pool_config is not None else torch.npu.graph_pool_handle()
             with torch.npu.graph(torch.npu.NPUGraph(), pool=self.pool, stream=self.stream):
                 pass    # TorchAir initialises the pool with an empty capture
@@ -287,7 +289,7 @@ class AclConcreteGraph:
         meta.cube, meta.vector = limits["cube_core_num"], limits["vector_core_num"]
         with current().restored_limits():     # the capture stream takes the caller's limits (none: none)
             torch.npu.set_stream_limit(self.stream, meta.cube, meta.vector)
-        meta.graph._graph_id = T.GraphCall(self.name, key)
+        meta.graph._graph_id = T.GraphCall(self.label, key)
         inputs = list(args)
         with torch.npu.graph(meta.graph, pool=self.pool, stream=self.stream):
             for i in self.user_inputs.values():
@@ -345,11 +347,11 @@ class AclConcreteGraph:
             outputs = [t.clone() if isinstance(t, torch.Tensor) and j not in aliased else t
                        for j, t in enumerate(outputs)]
         else:   # this call's handles onto the static buffers (not outputs that are the user's inputs)
-            call = T.GraphCall(self.name, meta.key, self.record.replays)
+            call = T.GraphCall(self.label, meta.key, self.record.replays)
             for j, t in enumerate(outputs):
                 if isinstance(t, NpuTensor) and j not in aliased:
                     t._graph_call = call
-        emit.graph_outputs(rt, rt.current_stream(), self.name, meta.key, self.record.replays,
+        emit.graph_outputs(rt, rt.current_stream(), self.label, meta.key, self.record.replays,
                            tuple(s for s in (span(t) for t in outputs if isinstance(t, NpuTensor)) if s is not None),
                            caller_of_compiled())   # an empty output has no memory to overwrite
         return outputs

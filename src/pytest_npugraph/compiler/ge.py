@@ -20,13 +20,15 @@ What the emulation keeps of GE (reference torchair_api.md §1.3, §7.1, §7.4):
 from __future__ import annotations
 
 import itertools
+import sys
 
 import torch
 
 from ..runtime import profiles
 from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
-from . import data_dump, emit, export, fxgraph
+from ..runtime.callsite import first_user
+from . import data_dump, emit, export, fxgraph, ge_plan
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
 
@@ -68,13 +70,14 @@ def _tagged_in_ge_hint(node) -> str:
 class GeGraph:
     """A compiled FX graph in GE mode; calling it runs the graph (see the module docstring)."""
 
-    def __init__(self, gm, settings, name: str):
+    def __init__(self, gm, settings, name: str, label: str = ""):
         for node in gm.graph.nodes:
             if fxgraph.target_name(node).rsplit(".", 1)[0] in _REJECTED:
                 raise NotImplementedError(f"torch.ops.{fxgraph.target_name(node)} ge_converter is not implemented!"
                                           + _tagged_in_ge_hint(node))
         self.gm = gm
-        self.name = name
+        self.name = name                 # TorchAir's ("graph_1": dumps, exports)
+        self.label = label or name       # the reports' (graph_names: the user's function)
         self.aicore_num = settings.aicore_num
         self.scope = fxgraph.scopes(gm)
         self.lane = self._lanes(gm)
@@ -89,6 +92,10 @@ class GeGraph:
         self._generation = None
         self.streams: dict = {}
         self.events: dict = {}
+        self.plan = None                       # this test's GePlan (ge_plan.py), once recorded
+        self.plan_reason = ge_plan.unplannable_reason(self)    # why runs go op by op ('' while a plan may come)
+        self._payload_modules: dict = {}       # device -> (payload module or None, why not)
+        self._plan_tries = 0
 
     # ---------------------------------------------------------------- compile time
     def _lanes(self, gm) -> dict:
@@ -130,15 +137,19 @@ class GeGraph:
         cube, vector = parse_aicore_num(self.aicore_num, d)
         self.streams = {}
         for lane in sorted({lane for lane in self.lane.values()}, key=lambda x: (x is not None, str(x))):
-            name = f"{self.name}:main" if lane is None else f"{self.name}:tag '{lane}'"
+            name = f"{self.label}:main" if lane is None else f"{self.label}:tag '{lane}'"
             state = self.streams[lane] = internal_stream(rt, device, name)
             state.cube_limit, state.vector_limit = cube, vector
-        self.events = {edge: rt.new_event(f"{self.name} edge") for waits in self.waits.values() for edge in waits}
-        self.fork = rt.new_event(f"{self.name} fork")
-        self.joins = {lane: rt.new_event(f"{self.name} join") for lane in self.streams}
+        self.events = {edge: rt.new_event(f"{self.label} edge") for waits in self.waits.values() for edge in waits}
+        self.fork = rt.new_event(f"{self.label} fork")
+        self.joins = {lane: rt.new_event(f"{self.label} join") for lane in self.streams}
         self._generation = (rt.generation, device)
-        self.record = GraphRecord(self.name, "max-autotune", self.ops, fx_graph=self.gm)
+        self.record = GraphRecord(self.name, "max-autotune", self.ops, fx_graph=self.gm, label=self.label)
         rt.graphs.append(self.record)
+        self.plan = None
+        self._plan_tries = 0
+        if self.plan_reason.startswith("recorded run: "):
+            self.plan_reason = ""
 
     def __call__(self, *args):
         if self.export is not None:             # dynamo_export: write the export, do not run
@@ -149,13 +160,50 @@ class GeGraph:
             self._setup(rt, device)
         self.record.runs += 1
         with on_device(device, rt):
+            plan = self.plan
+            if (plan is not None or not self.plan_reason) and ge_plan.ENABLED:
+                key, blocks = ge_plan.GePlan.key_of(rt, device, args)
+                if key is not None:
+                    launch = rt.current_stream(device)
+                    if ge_plan.GePlan.usable(rt, [launch, *self.streams.values()]):
+                        if plan is None:
+                            return self._record_plan(rt, device, args, key, blocks, launch)
+                        if key == plan.key:
+                            return plan.run(rt, args, key, blocks)
             return self._runner.run(*args)
+
+    def _record_plan(self, rt, device, args, key, blocks, launch):
+        """Run op by op, recording the run; make the plan later runs use (ge_plan.py)."""
+        found = self._payload_modules.get(device)
+        if found is None:
+            found = self._payload_modules[device] = ge_plan.payload_module(self.gm, device)
+        math, why = found
+        if math is None:
+            self.plan_reason = why
+            return self._runner.run(*args)
+        caller = first_user(sys._getframe(2))
+        start = len(rt.trace.log)
+        runner = self._runner
+        runner.windows = []
+        try:
+            outputs = runner.run(*args)
+        finally:
+            windows, runner.windows = runner.windows, None
+        self._plan_tries += 1
+        try:
+            self.plan = ge_plan.GePlan.build(self, math, rt, device, args, blocks, key, start, len(rt.trace.log),
+                                             launch, windows, caller, outputs)
+        except ge_plan.Unplannable as error:
+            if self._plan_tries >= 2:
+                self.plan_reason = f"recorded run: {error}"
+        return outputs
 
 
 class _GeRunner(Runner):
     def __init__(self, graph: GeGraph):
         super().__init__(graph.gm)
         self.graph = graph
+        self.windows = None         # while a run is recorded for a plan: (first seq, end seq, site) per node
 
     def begin(self, rt, args) -> None:
         g = self.graph
@@ -189,6 +237,15 @@ class _GeRunner(Runner):
         name = fxgraph.target_name(node)
         if name in _SKIPPED:
             return None
+        if self.windows is not None and self.sites[node] is not None:
+            start = len(rt.trace.log)
+            result = self._execute(rt, node, name, args, kwargs)
+            self.windows.append((start, len(rt.trace.log), self.sites[node]))
+            return result
+        return self._execute(rt, node, name, args, kwargs)
+
+    def _execute(self, rt, node, name, args, kwargs):
+        g = self.graph
         stream = g.streams[g.lane[node]]
         for edge in g.waits.get(node, ()):
             rt.wait_event(g.events[edge], stream)

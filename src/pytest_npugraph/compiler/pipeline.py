@@ -13,6 +13,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
 from . import data_dump, fxgraph, graph_dump, stream_events
+from ..runtime import graph_names
 from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
 from .ge import GeGraph
@@ -66,9 +67,10 @@ def _dump(settings, gm, stem: str, name: str, lanes=None) -> None:
 class NpuFxCompiler:
     """Compiles one AOT graph (forward, inference or backward) for the config's mode."""
 
-    def __init__(self, settings, phase: str = "forward"):
+    def __init__(self, settings, phase: str = "forward", function=None):
         self.settings = settings
         self.phase = phase
+        self.function = function       # the user's function Dynamo compiled (graph_names), None: find it
         self.static_input_idxs: list = []
         self.event_tags: list = []     # events replace_stream_event_pass registered for this Dynamo graph
 
@@ -82,6 +84,7 @@ class NpuFxCompiler:
         mutated = fxgraph.mutated_user_inputs(gm)
         log.debug("find mutated user inputs: %s", mutated)
         name = next_graph_name()
+        label = graph_names.compiled(current(), self.function or graph_names.compiled_function(gm), name)
         gm = (settings.optimize or optimize_fx)(gm, settings, example_inputs)
         fxgraph.valid_graph(gm)
         original = f"dynamo_original_graph_{name.split('_')[1]}"
@@ -92,7 +95,7 @@ class NpuFxCompiler:
                             "running finished, please make sure to disable the debug.run_eagerly=True config to "
                             "ensure that the graph is compiled and executed.")
                 return Runner(gm).run
-            graph = GeGraph(gm, settings, name)
+            graph = GeGraph(gm, settings, name, label)
             _dump(settings, gm, original, name, graph.lane)
             return graph
         _dump(settings, gm, original, name)
@@ -100,7 +103,7 @@ class NpuFxCompiler:
             # TorchAir returns the AOT graph with the saves inserted: it runs eagerly
             return Runner(data_dump.insert_saves(gm, data_dump.rank_dir(settings.data_dump_path))).run
         graph = AclConcreteGraph(gm, settings, name, mutated, self.static_input_idxs, eager=self.phase == "backward",
-                                 event_tags=self.event_tags)
+                                 event_tags=self.event_tags, label=label)
         _dump(settings, graph.gm, f"dynamo_optimized_{name}", name)
         return graph
 
@@ -122,8 +125,9 @@ def compile_graph(gm, example_inputs, settings, decompositions=None, wrap_errors
     re-raises a compile error the way the calling package does (torchair's ``pretty_error_msg``)."""
     pretty_error_msg = wrap_errors
     num_inputs = len(example_inputs)
-    forward = NpuFxCompiler(settings)
-    backward = NpuFxCompiler(settings, "backward")
+    function = graph_names.compiled_function(gm)    # Dynamo is compiling it now; backward compiles later
+    forward = NpuFxCompiler(settings, function=function)
+    backward = NpuFxCompiler(settings, "backward", function=function)
     if settings.aclgraph:
         tags: list = []
         gm = stream_events.replace_stream_event_pass(gm, settings.op_namespace,

@@ -7,7 +7,7 @@ Two sources, one picture (a ``networkx.DiGraph`` serialised as Graphviz DOT, a c
   record -> wait edges (TorchAir's own fork/join events included); a data edge between two
   streams is drawn in orange.
 * ``replay_graph(trace, label)``: what the device ran for one graph call, from the trace (kernels
-  whose ``graph`` label contains ``label``, e.g. ``"graph_1[no_updated_input]#replay2"``; or the
+  whose ``graph`` label contains ``label``, e.g. ``"decode_step#replay2"``; or the
   tasks in a seq range): stream order, event record -> wait edges (in GE mode the compiler's own
   events exist only here), and read-after-write edges through memory.
 
@@ -40,7 +40,7 @@ NODE_STYLE = {
 # ------------------------------------------------------------------------ FX graphs
 def graph_of(record) -> nx.DiGraph:
     """The ops of a compiled graph record with their streams and the edges between them."""
-    g = nx.DiGraph(name=record.name, mode=record.mode)
+    g = nx.DiGraph(name=record.label, mode=record.mode)     # the name reports use (graph_names)
     streams = {op.name: op.stream or MAIN for op in record.ops}
     fx = getattr(record, "fx_graph", None)
     if fx is None:

@@ -233,26 +233,7 @@ class CapturedGraph:
 
     def emit(self, rt, stream, graph: T.GraphCall) -> None:
         """Append the captured tasks to the trace, the capture stream mapped to ``stream``."""
-        origin = self.origin
-        trace = rt.trace
-        log, intern = trace.log, trace.intern
-        marks = rt.stream_marks
-        with rt.lock:
-            graph_i = intern(graph)
-            for task in self.tasks:
-                s = stream if task[1] is origin else task[1]
-                kind = task[0]
-                if kind == "k":
-                    seq = len(log)
-                    log.append((T.KERNEL_ROW, s.sid, task[2], task[3], task[4], intern(task[5]), intern(task[6]),
-                                task[7], task[8], graph_i, None))
-                    marks[s.sid] = seq
-                elif kind == "r":
-                    rt._record_now(task[2], s, task[3])
-                elif kind == "m":
-                    rt.marker(task[2], s, task[4], **task[3])
-                else:
-                    rt._wait_now(task[2], s, task[3])
+        append_tasks(rt, self.tasks, self.origin, stream, graph)
 
     def replay(self, rt, stream) -> None:
         """Recompute the graph's values (when the replay stream gets there: executor.py) and append
@@ -260,6 +241,53 @@ class CapturedGraph:
         self.replays += 1
         rt.executor.submit(stream.sid, len(rt.trace.log), self.run, what=f"replay of {self.graph.label}")
         self.emit(rt, stream, self.graph.replayed(self.replays))
+
+
+def append_tasks(rt, tasks, origin, stream, graph=None, memory=None, caller=None) -> None:
+    """Append task templates to the trace: ``("k", stream, op, reads, writes, site, cores, cube,
+    vector)`` a kernel, ``("r"|"w", stream, event, site)`` an event record or wait, ``("m", stream,
+    kind, fields, site)`` a marker; template stream ``origin`` is mapped to ``stream``.  A capture's
+    replay (``graph``: the call its kernels belong to) and a planned run (``planned.Stretch``:
+    ``memory`` moves the kernels' spans onto the run's blocks and serves ``("a", stream, base, nbytes,
+    device, site)`` allocations and ``("f", None, base, site)`` frees; a site ``planned.CALLER`` is
+    ``caller``) both come here."""
+    from .planned import CALLER
+
+    trace = rt.trace
+    log, intern = trace.log, trace.intern
+    marks = rt.stream_marks
+    with rt.lock:
+        graph_i = None if graph is None else intern(graph)
+        caller_i = None if caller is None else intern(caller)
+        for task in tasks:
+            s = stream if task[1] is origin else task[1]
+            kind = task[0]
+            if kind == "k":
+                site = task[5]
+                reads, writes = task[3], task[4]
+                if memory is not None:
+                    reads, writes = memory.spans(reads), memory.spans(writes)
+                seq = len(log)
+                log.append((T.KERNEL_ROW, s.sid, task[2], reads, writes,
+                            caller_i if site is CALLER else intern(site), intern(task[6]),
+                            task[7], task[8], graph_i, None))
+                marks[s.sid] = seq
+                continue
+            site = task[-1]
+            if site is CALLER:
+                site = caller
+            if kind == "r":
+                rt._record_now(task[2], s, site)
+            elif kind == "w":
+                rt._wait_now(task[2], s, site)
+            elif kind == "m":
+                rt.marker(task[2], s, site, **task[3])
+            elif kind == "a":
+                memory.malloc(s, task[2], task[3], task[4], site)
+            elif kind == "h":
+                rt.host_sync("stream", device=s.device, stream=s, site=site)
+            else:
+                memory.free(task[2], site)
 
 
 def _read_rng(slots: dict, slot: int) -> None:

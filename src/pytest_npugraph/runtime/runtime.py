@@ -65,8 +65,8 @@ class Runtime:
 
     def name_stream(self, state: StreamState, name: str) -> None:
         """Name ``state`` as the user named it, for every report, HTML page and timeline:
-        ``npu:0/graph_1:tag '7' (stream-1)`` for the stream an ``npu_stream_switch("7")`` scope of
-        reduce-overhead graph ``graph_1`` runs on; the pool stream it is stays in parentheses (the
+        ``npu:0/decode_step:tag '7' (stream-1)`` for the stream an ``npu_stream_switch("7")`` scope
+        of the reduce-overhead graph of ``decode_step`` runs on (``graph_names``); the pool stream it is stays in parentheses (the
         same pool stream serves eager code after 32 more streams, as on hardware)."""
         physical = state.physical_label = state.physical_label or state.label
         device, _, local = physical.partition("/")

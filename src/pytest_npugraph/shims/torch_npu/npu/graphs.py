@@ -14,7 +14,7 @@ from torch.fx.node import has_side_effect
 
 import torch_npu
 from pytest_npugraph import trace as T
-from pytest_npugraph.runtime import graphs as _graphs
+from pytest_npugraph.runtime import graph_names, graphs as _graphs
 from pytest_npugraph.runtime.callsite import user_site
 from pytest_npugraph.runtime.errors import ErrCode, pta_error
 from pytest_npugraph.runtime.runtime import current as _rt
@@ -214,10 +214,9 @@ class NPUGraph:
         if stream is rt.device(stream.device).default_stream:
             raise RuntimeError("NPU graphs must be captured on a non-default stream. (However, after capture, "
                                "it's ok to replay them on the default stream.)")
-        counter = rt.extensions.setdefault("graphs.npugraph_ids", [0])
-        counter[0] += 1
         self._pool = tuple(pool) if pool is not None else _graphs.private_pool(rt)
-        graph = getattr(self, "_graph_id", None) or T.GraphCall(f"NPUGraph#{counter[0]}")
+        # named after the user's line that began it: the `with torch.npu.graph(...)` line
+        graph = getattr(self, "_graph_id", None) or T.GraphCall(graph_names.captured(rt, user_site(1)))
         self._capture = _graphs.Capture(rt, stream, self._pool, graph)
         self._capture.owner = self
         self._capture.updatable = _graphs.updatable_ops() if self.auto_dispatch_capture else ()

@@ -1,0 +1,213 @@
+"""A stretch of the trace recorded once and appended again on later runs, with fresh memory.
+
+Why: a static graph (GE mode's, ``compiler/ge_plan.py``) issues the same device work on every run:
+the same tasks on the same streams, the same event records and waits, the same allocations and
+frees in the same order.  Running it op by op through the NPU tensors costs ten times its math, so
+the first run is recorded (``Stretch.record``: the trace rows it appended, turned into the task
+templates a graph capture keeps, ``graphs.append_tasks``) and later runs compute the math on the
+CPU payloads and append the templates (``Stretch.append``).  Unlike a replay, each run gets fresh
+memory: every allocation is a real ``malloc`` of the caching allocator at the point the recorded
+run made it (so its addresses, reuse, statistics and ``Alloc.reuses`` are what an op-by-op run
+gets), every free a real ``free``, and every task's spans are moved onto this run's blocks.
+
+A stretch holds only what it can reproduce: tasks, allocations and frees of blocks it allocated,
+event records and waits of events it was told about, stream syncs (a blocking copy of a host
+constant into the graph) and SuperKernel markers.  Anything else (a host read or another host
+sync, ``record_stream``, a collective, a graph call's output read, a free of a block from
+elsewhere, a site taken from the stack inside a node) makes ``record`` raise ``Unplannable``.
+
+Sites: a record made while the graph node's line was the site hint keeps it; a record made without
+one carries the line that called the graph, which ``append`` takes from the current call (``CALLER``).
+"""
+from __future__ import annotations
+
+import bisect
+
+from .. import trace as T
+from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
+
+
+class Unplannable(Exception):
+    """The recorded stretch holds something a plan cannot reproduce (the message says what)."""
+
+
+class _Caller:
+    """The site placeholder: the user's line that called the graph this time."""
+
+    def __repr__(self) -> str:
+        return "CALLER"
+
+
+CALLER = _Caller()
+
+_MARKERS = (T.SuperKernelBegin, T.SuperKernelEnd)
+
+
+class Stretch:
+    """Task templates of one recorded run (see the module docstring).
+
+    ``bases``: the memory spans are relative to, by index: the input blocks first (as given to
+    ``record``), then fixed blocks (constants), then one per allocation of the stretch (a slot).
+    ``live``: slots the stretch allocated and did not free (the blocks of its outputs)."""
+
+    def __init__(self, tasks, n_inputs, fixed, slot_base, live, bases):
+        self.tasks = tasks
+        self.n_inputs = n_inputs
+        self.fixed = fixed                    # the fixed Blocks, base index n_inputs + i
+        self.slot_base = slot_base            # base index of the first slot
+        self.live = live                      # set of slot base indices alive at the end
+        self.bases = bases                    # bid -> base index, of the recorded run's blocks
+
+    # ------------------------------------------------------------------- recording
+    @classmethod
+    def record(cls, rt, start: int, end: int, *, streams: dict, launch, events: dict, inputs: list,
+               fixed: list, windows: list, caller) -> "Stretch":
+        """The templates of ``rt.trace.log[start:end]``.  ``streams``: sid -> StreamState the stretch
+        may use besides ``launch`` (the calling stream, mapped to each run's); ``events``: eid ->
+        EventState; ``inputs``/``fixed``: the Blocks (or None) spans may lie in besides the stretch's
+        own; ``windows``: sorted ``(first seq, end seq, site)`` of the stretches recorded under a site
+        hint; ``caller``: the line that called the graph."""
+        trace = rt.trace
+        objects = trace.objects
+        log = trace.log
+        base_of: dict = {}            # bid -> base index
+        for i, block in enumerate(inputs):
+            if block is not None:
+                base_of.setdefault(block.bid, i)
+        for j, block in enumerate(fixed):
+            base_of.setdefault(block.bid, len(inputs) + j)
+        los = {b.bid: b.lo for b in list(inputs) + list(fixed) if b is not None}
+        slot_base = len(inputs) + len(fixed)
+        next_base = slot_base
+        live: set = set()
+        stream_of = dict(streams)
+        stream_of[launch.sid] = launch
+        starts = [w[0] for w in windows]
+
+        def site_at(seq, site):
+            i = bisect.bisect_right(starts, seq) - 1
+            hinted = i >= 0 and seq < windows[i][1]
+            if not hinted:
+                return CALLER if site == caller else site
+            if site == caller and site != windows[i][2]:
+                raise Unplannable(f"a record inside a node carries the caller's line ({site})")
+            return site
+
+        def stream(sid):
+            s = stream_of.get(sid)
+            if s is None:
+                raise Unplannable(f"work on a stream outside the graph ({trace.streams[sid].label})")
+            return s
+
+        def specs(rows):
+            out = []
+            for row in rows:
+                base = base_of.get(row[3])
+                if base is None:
+                    raise Unplannable(f"a task uses memory of block {row[3]}, which the graph did not allocate")
+                lo = los[row[3]]
+                out.append((base, row[1] - lo, row[2] - lo, row[0], row[4:]))
+            return tuple(out)
+
+        tasks = []
+        for seq in range(start, end):
+            row = log[seq]
+            if type(row) is tuple:
+                kind = row[0]
+                if kind == KERNEL_ROW:
+                    _, sid, op, reads, writes, site_i, cores_i, cube, vector, graph_i, collective = row
+                    if graph_i is not None or collective is not None:
+                        raise Unplannable(f"{op} is a graph replay or a collective")
+                    tasks.append(("k", stream(sid), op, specs(reads), specs(writes),
+                                  site_at(seq, objects[site_i]), objects[cores_i], cube, vector))
+                elif kind == ALLOC_ROW:
+                    bid = row[1]
+                    info = trace.block_log[bid]
+                    if type(info) is not tuple:
+                        info = (info.bid, info.device, info.stream, info.lo, info.hi, info.size,
+                                trace.intern(info.site), info.pool)
+                    if info[7] is not None:
+                        raise Unplannable("an allocation in a graph pool")
+                    base_of[bid] = next_base
+                    los[bid] = info[3]
+                    live.add(next_base)
+                    tasks.append(("a", stream(info[2]), next_base, info[5], info[1],
+                                  site_at(seq, objects[row[2]])))
+                    next_base += 1
+                elif kind == FREE_ROW:
+                    base = base_of.get(row[1])
+                    if base not in live:
+                        raise Unplannable(f"a free of block {row[1]}, which the graph did not allocate")
+                    live.discard(base)
+                    tasks.append(("f", None, base, site_at(seq, objects[row[2]])))
+                else:
+                    raise Unplannable(f"an unknown row {row!r}")
+                continue
+            kind = type(row)
+            if kind is T.EventRecord or kind is T.EventWait:
+                event = events.get(row.event)
+                if event is None:
+                    raise Unplannable(f"an event made while the graph ran ({trace.events[row.event].label})")
+                tasks.append(("r" if kind is T.EventRecord else "w", stream(row.stream), event,
+                              site_at(seq, row.site)))
+            elif kind is T.HostSync and row.what == "stream":     # a blocking copy of a host constant
+                tasks.append(("h", stream(row.stream), site_at(seq, row.site)))
+            elif kind in _MARKERS:
+                tasks.append(("m", stream(row.stream), kind, row.facts(), site_at(seq, row.site)))
+            else:
+                raise Unplannable(f"a {kind.__name__} record")
+        return cls(tasks, len(inputs), list(fixed), slot_base, live, base_of)
+
+    # ---------------------------------------------------------------------- runs
+    def append(self, rt, launch, origin, inputs: list, caller) -> list:
+        """Append the templates for one run on ``launch`` (the recorded calling stream ``origin``
+        maps to it), the spans moved onto ``inputs`` (Blocks, as given to ``record``) and this run's
+        own blocks.  Returns the Block of every base (the live slots' blocks are the outputs')."""
+        from .graphs import append_tasks
+
+        memory = Memory(rt, self, inputs)
+        append_tasks(rt, self.tasks, origin, launch, memory=memory, caller=caller)
+        return memory.blocks
+
+
+class Memory:
+    """One run's blocks: the bases' addresses and ids, malloc and free of the slots."""
+
+    __slots__ = ("rt", "los", "bids", "blocks", "thread")
+
+    def __init__(self, rt, stretch: Stretch, inputs: list):
+        self.rt = rt
+        n = stretch.slot_base
+        los, bids, blocks = [0] * n, [0] * n, [None] * n
+        for i, block in enumerate(inputs):
+            if block is not None:
+                los[i], bids[i], blocks[i] = block.lo, block.bid, block
+                if block.allocator.runtime is not rt:
+                    rt.known_block(block)
+        for j, block in enumerate(stretch.fixed):
+            los[stretch.n_inputs + j], bids[stretch.n_inputs + j], blocks[stretch.n_inputs + j] = \
+                block.lo, block.bid, block
+        self.los, self.bids, self.blocks = los, bids, blocks
+        self.thread = rt.thread()
+
+    def spans(self, specs) -> tuple:
+        los, bids = self.los, self.bids
+        return tuple([(device, los[b] + dlo, los[b] + dhi, bids[b]) if not extra else
+                      (device, los[b] + dlo, los[b] + dhi, bids[b]) + extra for b, dlo, dhi, device, extra in specs])
+
+    def malloc(self, stream, base: int, nbytes: int, device: int, site) -> None:
+        rt = self.rt
+        block = rt.devices[device].allocator.malloc(nbytes, stream.sid, None)
+        self.los.append(block.lo)
+        self.bids.append(block.bid)
+        self.blocks.append(block)
+        rt.on_alloc(block, site)
+
+    def free(self, base: int, site) -> None:
+        block = self.blocks[base]
+        thread = self.thread
+        thread.site = site          # the Free's line (on_free reads the site hint first)
+        try:
+            block.allocator.free(block)
+        finally:
+            thread.site = None
