@@ -4,7 +4,8 @@ CPU tensors with ``-p no:npugraph`` (goal: the plugin adds <= 2 ms per test).
 Each configuration runs in its own process (``--one on|off``), one torch thread; a pytest plugin
 object times every test's whole protocol (setup, call, teardown: fixture, runtime set-up, analysis,
 reset of compiled state) in CPU time, and the medians are compared.  ``--profile`` prints where the
-plugin's share goes (cProfile of the 'on' run, the plugin's own functions).
+plugin's share goes (cProfile of the 'on' run, the plugin's own functions).  ``--rounds N`` runs N
+processes of each (default 3); on a loaded machine the minimum over them is the figure to read.
 """
 import json
 import os
@@ -119,6 +120,10 @@ def main(rounds: int = 3, profile: bool = False) -> None:
         a = statistics.median(p[name] for p in phases["on"])
         b = statistics.median(p[name] for p in phases["off"])
         print(f"    {name:8s} {a * 1e3:6.2f} ms vs {b * 1e3:6.2f} ms")
+    # on a loaded machine the processes' medians swing with the load: the quietest process of each is the figure
+    best_on, best_off = min(results["on"]), min(results["off"])
+    print(f"  min over the {rounds} processes: {best_on * 1e3:.2f} ms vs {best_off * 1e3:.2f} ms, added "
+          f"{(best_on - best_off) * 1e3:.2f} ms  (goal <= 2 ms; the figure when the machine is loaded)")
 
 
 if __name__ == "__main__":
@@ -129,4 +134,5 @@ if __name__ == "__main__":
         torch.set_num_threads(1)
         one(sys.argv[i + 1], sys.argv[i + 2], "--profile" in sys.argv)
     else:
-        main(profile="--profile" in sys.argv)
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+        main(rounds=rounds, profile="--profile" in sys.argv)

@@ -52,7 +52,7 @@ def config_dict(config, ask=None, conftests=()) -> dict:
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.name == "chip":
-            value = dataclasses.asdict(value)
+            value = _chip_dict(value)
         elif isinstance(value, (set, frozenset, tuple)):
             value = sorted(value)
         data[f.name] = value
@@ -63,6 +63,16 @@ def config_dict(config, ask=None, conftests=()) -> dict:
             if answer is None or isinstance(answer, dict):
                 profiles[name] = answer
     return {"config": data, "profiles": profiles, "conftests": list(conftests)}
+
+
+_chips: dict = {}     # ChipProfile -> its dict (a frozen value: one per chip and process)
+
+
+def _chip_dict(chip) -> dict:
+    found = _chips.get(chip)
+    if found is None:
+        found = _chips[chip] = dataclasses.asdict(chip)
+    return dict(found)
 
 
 def test_config(data: dict):

@@ -4,7 +4,9 @@
 ``kinds`` are the hazard kinds it can report (``None``: any; used to skip analyses when
 ``analyze`` is asked for other kinds) and ``function`` is called as ``function(trace, cache)``,
 where ``cache`` is a dict shared by the analyses of one ``analyze`` call, so the happens-before
-clocks (``happens_before.of(trace, cache)``) and the race engine's conflicts are computed once.
+clocks (``happens_before.of(trace, cache)``) and the race engine's conflicts are computed once, and
+so is ``contents.of(trace, cache)``, which lets an analysis that provably has nothing to report on the
+trace (one stream, no limits, no collectives, no graph records...) return at once.
 Every analysis is imported here by name: a renamed module fails at import, never silently
 yields no hazards.  To add an analysis, import it and append one line (wrapped in
 ``_device_by_device`` if it reports in trace order: ``run_ranks`` tests must read the same on every run).
@@ -19,14 +21,6 @@ from . import (cores, deadlock, describe, events, external_waits, host_races, ov
                reinplace, super_kernel)
 
 
-def _without_cache(find):
-    def run(trace, cache):
-        return find(trace)
-
-    run.__name__ = run.__qualname__ = f"{find.__module__}.find"
-    return run
-
-
 def _device_by_device(find):
     """``find``'s hazards device by device (``describe.by_device``): for the analyses that report
     in trace order, where ``run_ranks`` interleaves the ranks' records differently on every run.
@@ -34,7 +28,7 @@ def _device_by_device(find):
     def run(trace, cache):
         return describe.by_device(trace, find(trace, cache))
 
-    run.__name__, run.__qualname__ = find.__name__, find.__qualname__
+    run.__name__, run.__qualname__ = find.__name__, f"{find.__module__}.{find.__qualname__}"   # names a failure
     return run
 
 
@@ -46,8 +40,8 @@ REGISTRY: list = [
     (("event-misuse", "deadlock"), _device_by_device(external_waits.find)),
     (("core-limit", "limit-ineffective"), cores.find),
     (("deadlock",), deadlock.find),
-    (("output-overwrite",), _device_by_device(_without_cache(overwrite.find))),
-    (("super-kernel",), _device_by_device(_without_cache(super_kernel.find))),
+    (("output-overwrite",), _device_by_device(overwrite.find)),
+    (("super-kernel",), _device_by_device(super_kernel.find)),
     (("reinplace-conflict",), _device_by_device(reinplace.find)),
 ]
 

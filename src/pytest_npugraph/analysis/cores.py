@@ -47,7 +47,7 @@ from typing import Optional
 
 from ..hazard import Hazard
 from ..trace import DeviceLimit, StreamLimit, Trace
-from . import taskgraph
+from . import contents, taskgraph
 from .taskgraph import TYPE_NAMES, TYPES, RangeMax, Task, TaskGraph
 
 ARGS = ("cube_num", "vector_num")
@@ -57,6 +57,8 @@ LIMIT_RULE = ("the ops that can block each other must together use no more cores
 
 def find(trace: Trace, cache: Optional[dict] = None) -> list:
     """``core-limit`` and ``limit-ineffective`` hazards of ``trace``."""
+    if contents.of(trace, cache).no_core_hazards:
+        return []       # no limit set, and no two streams of a device with a resident op (contents.py)
     graph = taskgraph.of(trace, cache)
     return out_of_range(graph) + oversubscribed(graph) + ineffective(graph)
 

@@ -69,7 +69,7 @@ from typing import Optional
 
 from ..hazard import Hazard
 from ..trace import Trace
-from . import describe, taskgraph
+from . import contents, describe, taskgraph
 from .taskgraph import CUBE, TYPE_NAMES, TYPES, VECTOR, RangeMax, Task, TaskGraph, stream_name
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class Exploration:
 # ----------------------------------------------------------------------- public API
 def find(trace: Trace, cache: Optional[dict] = None, budget: int = DEFAULT_BUDGET) -> list:
     """Deadlock hazards of ``trace``: mismatched collectives and a reachable circular wait."""
+    if contents.of(trace, cache).no_deadlock:
+        return []       # no collective, and no two streams of a device with a resident op (contents.py)
     graph = taskgraph.of(trace, cache)
     hazards = _mismatches(graph)
     result = Search(graph).run(budget)

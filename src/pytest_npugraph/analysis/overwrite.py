@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from ..hazard import Hazard
 from ..trace import Alloc, Free, GraphOutputRead, GraphOutputs, Kernel
-from . import describe
+from . import contents, describe
 
 KIND = "output-overwrite"
 
 
-def find(trace) -> list:
+def find(trace, cache: dict | None = None) -> list:
+    if contents.of(trace, cache).no_overwrite:
+        return []       # no graph kernel: nothing replayed over an output (contents.py)
     calls: dict = {}      # call id -> (marker, [[span, overwriting kernel or None], ...])
     fresh: list = []      # [span, call id] of outputs not yet overwritten
     found: dict = {}

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from ..hazard import Hazard
 from ..trace import UNKNOWN_SITE, EventRecord, EventWait, Kernel, Reinplace, Span
-from . import describe, happens_before
+from . import contents, describe, happens_before
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +213,10 @@ class Shadow:
 
 
 def conflicts(trace, cache: dict | None = None) -> list:
-    """Every unordered conflicting pair, deduplicated (see module doc); memoized in ``cache``."""
+    """Every unordered conflicting pair, deduplicated (see module doc); memoized in ``cache``.
+    Empty when fewer than two streams run kernels (contents.py)."""
+    if contents.of(trace, cache).no_conflicts:
+        return []
     return happens_before.memo(cache, "races.conflicts", trace,
                                lambda t: _scan(t, happens_before.of(t, cache)))
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..hazard import Hazard
 from ..trace import Alloc, Free, Kernel
-from . import describe, happens_before, races
+from . import contents, describe, happens_before, races
 
 KIND = "missing-record-stream"
 
@@ -49,6 +49,8 @@ class Finding:
 
 
 def find(trace, cache: dict | None = None) -> list:
+    if contents.of(trace, cache).no_conflicts:
+        return []       # the rule needs kernels on two streams, and so does a conflict (contents.py)
     hb = happens_before.of(trace, cache)
     found, first_write = _scan(trace, hb)
     for c in races.conflicts(trace, cache):

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from ..hazard import Hazard
 from ..trace import Reinplace
-from . import describe, races
+from . import contents, describe, races
 
 KIND = "reinplace-conflict"
 
 
 def find(trace, cache: dict | None = None) -> list:
+    if contents.of(trace, cache).no_reinplace:
+        return []       # no Reinplace marker: nothing applied or vetoed (contents.py)
     return _conflicts(trace, cache) + _vetoes(trace)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..hazard import Hazard
 from ..trace import Kernel, SuperKernelBegin, SuperKernelEnd
-from . import describe
+from . import contents, describe
 
 KIND = "super-kernel"
 _FIX = ("call SetNextTaskStart only after the last write (data move) of every output a following "
@@ -41,7 +41,9 @@ class _Open:
         self.first: dict = {}   # stream -> the scope's first sub-kernel on it
 
 
-def find(trace) -> list:
+def find(trace, cache: dict | None = None) -> list:
+    if contents.of(trace, cache).no_super_kernel:
+        return []       # no scope record and no early-starting kernel (contents.py)
     found: dict = {}
     open_by_device: dict = {}   # device -> its open scopes, innermost last (ranks run side by side)
 

@@ -146,6 +146,9 @@ class _Stat:
         return {"current": self.current, "peak": self.peak, "allocated": self.allocated, "freed": self.freed}
 
 
+_MAKING = threading.Lock()
+
+
 class Stats:
     """The counters behind ``torch.npu.memory_stats``: each array per pool (all, large, small).
 
@@ -181,18 +184,37 @@ class Stats:
     ROWS_PER_PASS = 4096
 
     def __init__(self):
-        self._values = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
+        self._table = None          # ``_values``, made when first read or applied (most tests never do)
         self.log = array.array("q")      # (code, x, y) per change: the allocator extends it
         self._folding = threading.Lock()
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self.oversize_allocations = _Stat()
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
-        # code -> ((constant, x coefficient, y coefficient, (its "all" _Stat, its pool's _Stat)), ...)
-        self._by_code = [tuple((const, cx, cy, (self._values[name]["all"],
-                                                self._values[name]["small_pool" if code % 2 else "large_pool"]))
-                               for name, (const, cx, cy) in changes.items())
-                         for changes in self.KINDS.values() for code in (0, 1)]
+        self._plan = None           # ``_by_code``, made when a short log is first applied (few tests read stats)
+
+    @property
+    def _values(self) -> dict:
+        """name -> pool -> ``_Stat`` (the log not applied)."""
+        table = self._table
+        if table is None:
+            made = {n: {p: _Stat() for p in self.POOLS} for n in self.ARRAYS}
+            with _MAKING:       # one table even if two threads read the statistics first at once
+                if self._table is None:
+                    self._table = made
+            table = self._table
+        return table
+
+    @property
+    def _by_code(self) -> list:
+        """code -> ((constant, x coefficient, y coefficient, (its "all" _Stat, its pool's _Stat)), ...)"""
+        if self._plan is None:
+            values = self._values
+            self._plan = [tuple((const, cx, cy, (values[name]["all"],
+                                                 values[name]["small_pool" if code % 2 else "large_pool"]))
+                                for name, (const, cx, cy) in changes.items())
+                          for changes in self.KINDS.values() for code in (0, 1)]
+        return self._plan
 
     @classmethod
     def code(cls, kind: str, small: bool = False) -> int:

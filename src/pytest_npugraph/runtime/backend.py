@@ -151,7 +151,7 @@ def _privateuse1_fallback(keyset, op, *args, **kwargs):
 def _empty_nbytes(size, stride, dtype) -> int:
     if any(n == 0 for n in size):
         return 0
-    itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
+    itemsize = (dtype or torch.get_default_dtype()).itemsize
     if stride is None:
         count = 1
         for n in size:
