@@ -123,13 +123,14 @@ def test_report_samples_are_what_the_example_reports(page, source, text, example
 
 @pytest.mark.parametrize("page,source,text", [s for s in marked("sample-output:") if s[1].startswith("pytest ")],
                          ids=lambda v: str(v)[:60])
-def test_terminal_samples_are_what_pytest_prints(page, source, text, pytester):
+def test_terminal_samples_are_what_pytest_prints(page, source, text, pytester, monkeypatch):
     name = source.split()[1]
     (code,) = [t for p, _, lang, t in blocks() if p == page and lang == "python" and t.split("\n", 1)[0].split()[:2] == ["#", name]]
     path = pytester.path / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(code, encoding="utf-8")
     target = str(path.parent if path.name == "conftest.py" else path)      # a conftest: run its directory
+    monkeypatch.setenv("COLUMNS", "80")     # the samples show an 80-column terminal (CI's may be wider)
     run = pytester.runpytest_subprocess(target, "-p", "no:randomly", "-p", "no:cacheprovider")
     real = run.stdout.str() + "\n" + run.stderr.str()
     assert shown_in(text, real, whole=False), f"{page}: the sample is not in the output of pytest {name}:\n{real}"
