@@ -44,28 +44,9 @@ def _mark(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _default_device():
-    """The device of the innermost ``torch.set_default_device`` / ``with torch.device(...)`` mode, if any
-    (``torch.get_default_device`` would call ``torch.tensor``, a wrapper itself)."""
-    from torch.utils._device import DeviceContext
-
-    for mode in reversed(torch.overrides._get_current_function_mode_stack()):
-        if isinstance(mode, DeviceContext):
-            return mode.device
-    return None
-
-
-def _pinned_factory(name: str, original, takes_default_device: bool):
-    """The wrapper of ``torch.<name>``.  torch's default-device mode (``torch.set_default_device``) fills in
-    ``device=`` only for the functions ``torch.utils._device._device_constructors()`` holds, read off
-    ``torch.<name>``: the wrappers, so it no longer recognises the builtin a wrapper calls.  The wrapper
-    therefore fills it in itself, for the factories that mode covers (``takes_default_device``)."""
+def _pinned_factory(name: str, original):
     @functools.wraps(original)
     def factory(*args, pin_memory=False, **kwargs):
-        if takes_default_device and "device" not in kwargs and torch._C._len_torch_function_stack():
-            device = _default_device()
-            if device is not None and device.type != "cpu":
-                kwargs["device"] = device
         if not pin_memory:
             return original(*args, **kwargs)
         out = original(*args, **kwargs)
@@ -112,20 +93,15 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from torch.utils._device import _device_constructors
-
-    defaulted = _device_constructors()      # cached by torch; read before any wrapper replaces a builtin
     for name in _FACTORIES:
         original = getattr(torch, name, None)
         if original is not None and not getattr(original, "_npugraph_pinned_factory", False):
             _original[name] = original
-            wrapper = _pinned_factory(name, original, original in defaulted)
+            wrapper = _pinned_factory(name, original)
             setattr(torch, name, wrapper)
             op = torch.jit._builtins._find_builtin(original)
             if op is not None:       # TorchScript resolves torch.<name> by identity: the wrapper is the same op
                 torch.jit._builtins._register_builtin(wrapper, op)
-    # torch reads the set off ``torch.<name>`` again: the wrappers, which is what Dynamo traces under the mode
-    _device_constructors.cache_clear()
     for name in _METHODS:
         original = getattr(torch.Tensor, name, None)
         if original is not None and not getattr(original, "_npugraph_pinned_factory", False):
