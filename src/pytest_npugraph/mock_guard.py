@@ -77,12 +77,12 @@ def undo(state: dict) -> list:
     """Put the emulated modules and ``torch.npu`` back after a test module's import (``state`` is
     ``activation.snapshot()`` from before it); returns what had been replaced.  Also when the module
     imported the emulated torch_npu itself (``state`` empty) and then stubbed over it."""
-    changed = activation.restore(state)
+    changed = activation.restore(state)      # torch.npu too, if the emulated one was there before
     torch, emulated = sys.modules.get("torch"), sys.modules.get("torch_npu.npu")
     if "torch.npu" in swapped() and torch is not None and emulated is not None and activation._is_emulated(emulated):
         torch.npu = emulated
         changed.append("torch.npu")
-    return list(dict.fromkeys(str(name) for name in changed))
+    return changed
 
 
 def module_message(path: str, names: list, rootdir: str = None) -> str:

@@ -9,7 +9,7 @@ import torch
 
 from . import _C
 from . import npu
-from pytest_npugraph._context import CONTEXT as _CONTEXT
+from pytest_npugraph import _context
 from pytest_npugraph.runtime import backend as _backend
 
 _backend.install(npu)    # the npu key's kernels, device guard and bare-device resolution
@@ -26,7 +26,7 @@ from . import distributed  # noqa: E402,F401  (registers the hccl backend)
 from .utils import _dynamo as _dynamo_patch  # noqa: E402
 
 _dynamo_patch.install()     # streams/events in compiled regions, the "npu" and "npugraph_ex" backends
-torch.version.cann = _CONTEXT.config.cann   # as torch_npu's collect_env sets it: the CANN release emulated
+_context.set_torch_version_cann(_context.CONTEXT.config.cann)   # as torch_npu's collect_env does
 
 
 
