@@ -12,7 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
-from . import data_dump, fxgraph, graph_dump, stream_events
+from . import data_dump, fxgraph, graph_dump, noop_ops, stream_events
 from ..runtime import graph_names
 from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
@@ -40,9 +40,7 @@ def optimize_fx(gm, settings, example_inputs):
     if pre is not None:
         pre(gm, example_inputs, settings.config)
     if settings.remove_noop_ops:
-        from torch._inductor.fx_passes.post_grad import remove_noop_ops
-
-        remove_noop_ops(gm.graph)
+        noop_ops.remove_noop_ops(gm.graph)
     for node in gm.graph.nodes:
         if node.target == torch.ops.aten.view.default:
             node.target = torch.ops.aten.reshape.default
@@ -110,11 +108,16 @@ class NpuFxCompiler:
 
 
 def _static_input_idxs(num_dynamo_inputs: int, num_aot_inputs: int) -> list:
-    """Parameters/buffers (and ``mark_static_address`` tensors) among the AOT graph's inputs."""
-    from torch._inductor.compile_fx import get_static_input_idxs
-    from torch._inductor.utils import num_fw_fixed_arguments
+    """Parameters/buffers (and ``mark_static_address`` tensors) among the AOT graph's inputs: what
+    AOTAutograd's metadata says (``static_input_indices``), else the leading inputs it lifted, as
+    Inductor's ``get_static_input_idxs`` reads them (TorchAir calls it; its module, compile_fx, would
+    import all of Inductor)."""
+    from torch._inductor.utils import num_fw_fixed_arguments     # loaded with Dynamo
 
-    return list(get_static_input_idxs(num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)))
+    context = torch._guards.TracingContext.try_get()
+    if context is None or not context.fw_metadata:
+        return list(range(num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)))
+    return list(context.fw_metadata.static_input_indices)
 
 
 def _unchanged(fn):
