@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch._inductor.fx_passes import post_grad
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pytest_npugraph.compiler import noop_ops
+from pytest_npugraph.compiler import noop_ops, pipeline
 
 aten, prims = torch.ops.aten, torch.ops.prims
 BIG = 2 ** 63 - 1
@@ -136,7 +136,8 @@ def test_removes_no_ops_and_keeps_the_rest():
 
 @pytest.mark.parametrize("mode", ["ge", "reduce-overhead", "npugraph_ex"])
 def test_same_graph_as_inductor_on_a_compiled_llama(mode, monkeypatch):
-    """Every graph the mode's pipeline hands to the pass (an HF Llama's forward)."""
+    """Every graph the mode's pipeline hands to the pass (an HF Llama's forward); and its static inputs
+    (the parameters), which pipeline._static_input_idxs reads as Inductor's get_static_input_idxs."""
     pytest.importorskip("transformers")
     from thirdparty.models import build, prompt      # tests/ is on sys.path (rootdir-relative imports)
 
@@ -150,6 +151,18 @@ def test_same_graph_as_inductor_on_a_compiled_llama(mode, monkeypatch):
         OURS(graph)
 
     monkeypatch.setattr(noop_ops, "remove_noop_ops", compare)
+    static = []
+    own_static = pipeline._static_input_idxs
+
+    def compare_static(num_dynamo_inputs, num_aot_inputs):       # and the static inputs, as Inductor reads them
+        from torch._inductor.compile_fx import get_static_input_idxs
+        from torch._inductor.utils import num_fw_fixed_arguments
+
+        found = own_static(num_dynamo_inputs, num_aot_inputs)
+        static.append((found, list(get_static_input_idxs(num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)))))
+        return found
+
+    monkeypatch.setattr(pipeline, "_static_input_idxs", compare_static)
     model = build("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=1).eval()
     ids = prompt(1, 8)
     with torch.no_grad():
@@ -158,3 +171,4 @@ def test_same_graph_as_inductor_on_a_compiled_llama(mode, monkeypatch):
     assert torch.allclose(expected, got.cpu(), atol=1e-5)
     assert seen and all(same for same, _ in seen)
     assert sum(removed for _, removed in seen) > 0      # the model's graphs have no-ops (views, slices)
+    assert static and all(ours == theirs for ours, theirs in static) and any(ours for ours, _ in static)
