@@ -93,15 +93,17 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ChildWatch:
-    """One test's watcher (a context manager around the test's body)."""
+    """One test's watch (a context manager around the test's body).  One watcher thread per process
+    serves every test's watch in turn: starting and joining a thread per test cost more than the rest
+    of the watch (most tests start no process), so it is started with the first watch and then looks,
+    once a second, at whichever watch is open."""
 
     def __init__(self, grace: Optional[float] = None):
         self.grace = GRACE if grace is None else grace
         self.pid = os.getpid()
         self.before: set = set()
         self.seen: dict = {}          # child pid -> exit code once seen ended (None while running)
-        self.stop = threading.Event()
-        self.thread: Optional[threading.Thread] = None
+        self.open = False
         self.previous = None
         self.fired: Optional[str] = None
 
@@ -111,20 +113,26 @@ class ChildWatch:
                 and signal.getsignal(_SIGNAL) in (signal.SIG_DFL, None))
 
     def __enter__(self) -> "ChildWatch":
+        global _open
         if not self.usable():
             return self
         self.before = _proc_children(self.pid)
         self.previous = signal.signal(_SIGNAL, self._interrupt)
         self.main = threading.main_thread().ident
-        self.thread = threading.Thread(target=self._watch, name="npugraph-child-watch", daemon=True)
-        self.thread.start()
+        with _lock:
+            _open = self
+            self.open = True
+        _start_watcher()
         return self
 
     def __exit__(self, exc_type=None, *exc) -> None:
-        if self.thread is None:
+        global _open
+        if not self.open:
             return
-        self.stop.set()
-        self.thread.join()
+        with _lock:                   # after this, the watcher never fires for this watch
+            if _open is self:
+                _open = None
+            self.open = False
         signal.signal(_SIGNAL, self.previous if self.previous is not None else signal.SIG_DFL)
         if exc_type is not None:
             self._end_waiting_children()
@@ -153,35 +161,37 @@ class ChildWatch:
             print(f"npugraph: the test failed and left {len(ended)} process(es) waiting ({', '.join(map(str, ended))}); "
                   f"ended them (the interpreter's exit joins them, and would wait forever)", file=sys.stderr)
 
-    # -- the watcher thread
-    def _watch(self) -> None:
-        quiet_since, cpu = None, {}
-        while not self.stop.wait(1.0):
-            live, working = [], False
-            for pid in _proc_children(self.pid) - self.before:
-                if pid not in self.seen and _helper(pid):
-                    self.before.add(pid)
-                    continue
-                stat = _stat(pid)
-                if stat is None:
-                    continue
-                if stat[0] == "Z":
-                    self.seen[pid] = stat[2]
-                    continue
-                self.seen.setdefault(pid, None)
-                live.append(pid)
-                # working: a thread runs (or waits for a core) now, or it used CPU since the last look
-                working |= stat[3] or stat[1] - cpu.get(pid, 0.0) > _IDLE_CPU
-                cpu[pid] = stat[1]
-            failed = {pid: code for pid, code in self.seen.items() if code not in (None, 0)}
-            waiting = self._waits_in_multiprocessing()
-            if not failed or not waiting or working:
-                quiet_since = None
+    # -- the watcher thread's look, once a second while this watch is open
+    def _look(self, state: dict) -> None:
+        """``state``: the watcher's memory of this watch (when it went quiet, children's CPU time)."""
+        live, working, cpu = [], False, state["cpu"]
+        for pid in _proc_children(self.pid) - self.before:
+            if pid not in self.seen and _helper(pid):
+                self.before.add(pid)
                 continue
-            now = time.monotonic()
-            if quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= self.grace:
+            stat = _stat(pid)
+            if stat is None:
+                continue
+            if stat[0] == "Z":
+                self.seen[pid] = stat[2]
+                continue
+            self.seen.setdefault(pid, None)
+            live.append(pid)
+            # working: a thread runs (or waits for a core) now, or it used CPU since the last look
+            working |= stat[3] or stat[1] - cpu.get(pid, 0.0) > _IDLE_CPU
+            cpu[pid] = stat[1]
+        failed = {pid: code for pid, code in self.seen.items() if code not in (None, 0)}
+        waiting = self._waits_in_multiprocessing()
+        if not failed or not waiting or working:
+            state["quiet_since"] = None
+            return
+        now = time.monotonic()
+        if state["quiet_since"] is None:
+            state["quiet_since"] = now
+        elif now - state["quiet_since"] >= self.grace:
+            with _lock:
+                if _open is not self:          # the test ended meanwhile
+                    return
                 self.fired = self._message(waiting, failed, live)
                 for pid in live:
                     try:
@@ -189,7 +199,7 @@ class ChildWatch:
                     except OSError:
                         pass
                 signal.pthread_kill(self.main, _SIGNAL)
-                return
+            state["done"] = True
 
     def _waits_in_multiprocessing(self) -> Optional[str]:
         """Where the test's thread waits, if its innermost Python frame is in multiprocessing."""
@@ -220,3 +230,35 @@ class ChildWatch:
         if self.fired is not None:
             message, self.fired = self.fired, None
             raise ChildrenEnded(message)
+
+
+_lock = threading.Lock()
+_open: Optional[ChildWatch] = None      # the running test's watch
+_watcher: Optional[threading.Thread] = None
+
+
+def _start_watcher() -> None:
+    global _watcher
+    if _watcher is not None and _watcher.is_alive():
+        return
+    _watcher = threading.Thread(target=_watch, name="npugraph-child-watch", daemon=True)
+    _watcher.start()
+
+
+def _watch() -> None:
+    """The watcher thread: once a second, a look at the open watch (a test's), if any."""
+    watch, state = None, None
+    while True:
+        time.sleep(1.0)
+        current = _open
+        if current is None:
+            watch = None
+            continue
+        if current is not watch:      # a new test: its first look (the previous test's memory goes)
+            watch, state = current, {"quiet_since": None, "cpu": {}, "done": False}
+        if state["done"]:
+            continue
+        try:
+            watch._look(state)
+        except Exception:  # noqa: BLE001 (a look that fails (a /proc race) must not end the watcher)
+            state["quiet_since"] = None
