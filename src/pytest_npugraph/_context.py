@@ -41,6 +41,14 @@ class Context:
         self.generation += 1
         set_torch_version_cann(config.cann)
 
+    def op_profile_answered(self) -> bool:
+        """Whether a conftest or plugin of the running test implements ``pytest_npugraph_op_profile``."""
+        hook = self.test_hook or self.hook
+        if hook is None:
+            return False
+        impls = getattr(hook.pytest_npugraph_op_profile, "get_hookimpls", None)
+        return impls is None or bool(impls())
+
     def op_profile(self, op_name: str):
         """The users' ``pytest_npugraph_op_profile`` answer for ``op_name`` (conftests of the running test)."""
         hook = self.test_hook or self.hook

@@ -90,6 +90,14 @@ def _helper(pid: int) -> bool:
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_proc: dict = {}              # pid -> whether Linux /proc shows its tasks (asked once per process)
+
+
+def _has_proc(pid: int) -> bool:
+    found = _proc.get(pid)
+    if found is None:
+        found = _proc[pid] = sys.platform.startswith("linux") and os.path.isdir(f"/proc/{pid}/task")
+    return found
 
 
 class ChildWatch:
@@ -108,7 +116,7 @@ class ChildWatch:
         self.fired: Optional[str] = None
 
     def usable(self) -> bool:
-        return (_SIGNAL is not None and sys.platform.startswith("linux") and os.path.isdir(f"/proc/{self.pid}/task")
+        return (_SIGNAL is not None and _has_proc(self.pid)
                 and threading.current_thread() is threading.main_thread()
                 and signal.getsignal(_SIGNAL) in (signal.SIG_DFL, None))
 

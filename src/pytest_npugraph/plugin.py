@@ -286,7 +286,9 @@ def pytest_runtest_call(item):
     During it, the Python processes it starts emulate its NPU and hand back their traces (inherit.py)."""
     children = contextlib.nullcontext()
     if CONTEXT.emulating and item.get_closest_marker("npu_no_inherit") is None:
-        children = inherit.Inheritance(CONTEXT.config, CONTEXT.op_profile, inherit.conftest_files(item))
+        # no implementation of the op profile hook: no answers to hand down (a child asks its conftests, none)
+        ask = CONTEXT.op_profile if CONTEXT.op_profile_answered() else None
+        children = inherit.Inheritance(CONTEXT.config, ask, inherit.conftest_files(item))
     with children:
         try:
             result = yield

@@ -166,3 +166,28 @@ def test_processes_a_failed_test_leaves_waiting_are_ended(pytester):
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", timeout=600)
     result.assert_outcomes(failed=1)
     assert "left 2 process(es) waiting" in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_one_watcher_thread_serves_every_test(monkeypatch):
+    """A thread started and joined around every test's body cost more than the rest of the watch: the
+    first watch starts the watcher, and it stays to serve the next ones (looking only while one is open)."""
+    import threading
+
+    def watchers():
+        return [t for t in threading.enumerate() if t.name == "npugraph-child-watch"]
+
+    # this test's body runs inside the plugin's own watch: set it aside while fresh ones open and close
+    monkeypatch.setattr(child_watch.ChildWatch, "usable", lambda self: True)
+    outer, child_watch._open = child_watch._open, None
+    try:
+        seen = []
+        for _ in range(3):
+            with child_watch.ChildWatch() as watch:
+                assert child_watch._open is watch
+                seen.append(child_watch._watcher)
+            assert child_watch._open is None
+    finally:
+        child_watch._open = outer
+    assert seen[0] is not None and seen[0] is seen[1] is seen[2] and seen[0].is_alive()
+    assert watchers() == [seen[0]]
