@@ -256,8 +256,9 @@ def _start_watcher() -> None:
 def _watch() -> None:
     """The watcher thread: once a second, a look at the open watch (a test's), if any."""
     watch, state = None, None
+    never = threading.Event()
     while True:
-        time.sleep(1.0)
+        never.wait(1.0)     # not time.sleep: tests patch it (a sleep that returns at once would spin here)
         current = _open
         if current is None:
             watch = None
