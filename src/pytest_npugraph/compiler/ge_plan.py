@@ -220,8 +220,10 @@ class GePlan:
         return all(s.capture is None and not ex.queues.get(s.sid) for s in streams)
 
     @classmethod
-    def build(cls, graph, math, rt, device, args, blocks, key, start, end, launch, windows, caller, outputs):
-        """The plan of the run recorded in ``rt.trace.log[start:end]`` (raises ``Unplannable``)."""
+    def build(cls, graph, math, rt, device, args, blocks, key, start, end, launch, windows, caller, outputs,
+              watch=None):
+        """The plan of the run recorded in ``rt.trace.log[start:end]`` (raises ``Unplannable``); ``watch``:
+        the allocator watched since ``start`` (``Stretch.watch_recording``)."""
         g = graph
         if not isinstance(outputs, (list, tuple)):
             raise Unplannable("the graph's output is not a list")
@@ -235,7 +237,8 @@ class GePlan:
                 if isinstance(value, NpuTensor) and value._block is not None:
                     fixed.append(value._block)
         stretch = Stretch.record(rt, start, end, streams={s.sid: s for s in g.streams.values()}, launch=launch,
-                                 events=events, inputs=blocks, fixed=fixed, windows=windows, caller=caller)
+                                 events=events, inputs=blocks, fixed=fixed, windows=windows, caller=caller,
+                                 watch=watch)
         held = {out._block.bid for out in outputs if isinstance(out, NpuTensor) and out._block is not None}
         if any(base not in {stretch.bases.get(bid) for bid in held} for base in stretch.live):
             raise Unplannable("a block the graph allocated outlives the run outside its outputs")
