@@ -154,7 +154,7 @@ def payload_module(gm, device: int):
         new.args, new.kwargs = map_aggregate(new.args, _cpu), map_aggregate(new.kwargs, _cpu)
         if generators.seeded(target):
             new.target = _drawing(target, device)
-        elif plan.special is mixed_precision.promoted_product:
+        elif plan.special is mixed_precision.promoted_product and _mixed(node):
             new.target = _promoting(target)
         elif any(isinstance(v, torch.Tensor) and (v.dtype in _LOW_PRECISION or (
                  not v.is_floating_point() and plan.name in cpu_gaps.INTEGER_OPS))
@@ -162,6 +162,18 @@ def payload_module(gm, device: int):
             new.target = _widening(target)
     graph.lint()
     return torch.fx.GraphModule(root, graph), None
+
+
+def _mixed(node) -> bool:
+    """Whether ``node``'s tensor operands may differ in floating dtype (their recorded dtypes, or unknown):
+    else ``mixed_precision.promoted_product`` casts nothing and the op runs as it is."""
+    dtypes = set()
+    for a in node.all_input_nodes:
+        for v in _values(a):
+            if not isinstance(v, torch.Tensor):
+                return True
+            dtypes.add(v.dtype)
+    return len(dtypes) > 1
 
 
 def _host_read_if(handler) -> bool:

@@ -20,7 +20,7 @@ meanwhile (a finalizer's free shows as an extra trace row).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from typing import Optional
 from weakref import ref
 
@@ -36,10 +36,11 @@ def pool_key(sid: int, nbytes: int) -> tuple:
 class Watch:
     """The allocator's state before a run that may become a schedule (see the module docstring)."""
 
-    __slots__ = ("allocator", "keys", "start", "segments", "reserved", "folds", "log_len", "rows")
+    __slots__ = ("allocator", "keys", "start", "segments", "reserved", "folds", "log_len", "rows", "ranges")
 
-    def __init__(self, allocator, keys, rows: int):
+    def __init__(self, allocator, keys, rows: int, ranges):
         self.allocator = allocator
+        self.ranges = list(ranges or ())    # the runtime's freed ranges of the device (``Runtime._reused``)
         self.keys = keys                # the free lists the run will take from (None: not known, all)
         free = allocator.free_chunks
         self.start = {key: [(s, lo) for s, lo, _ in free.get(key, ())] for key in (free if keys is None else keys)}
@@ -50,15 +51,18 @@ class Watch:
         self.rows = rows
 
     @classmethod
-    def start_if_possible(cls, allocator, keys, rows: int) -> Optional["Watch"]:
+    def start_if_possible(cls, allocator, keys, rows: int, ranges) -> Optional["Watch"]:
         if allocator.pending or allocator._deferred:
             return None
-        return cls(allocator, keys, rows)
+        return cls(allocator, keys, rows, ranges)
 
-    def finish(self, slots: list, streams: list, requested: list, rows: int) -> Optional["AllocSchedule"]:
+    def finish(self, slots: list, streams: list, requested: list, rows: int, order: list, reuses: list,
+               ranges) -> Optional["AllocSchedule"]:
         """The schedule of the run just made, or None.  ``slots``: ``(bid, lo, size, freed)`` of the run's
         blocks in allocation order (``streams``/``requested``: their streams and sizes as asked);
-        ``rows``: the trace's length now (the run appended one row per task if nothing else happened)."""
+        ``rows``: the trace's length now (the run appended one row per task if nothing else happened);
+        ``order``: ``(malloc?, slot)`` of its mallocs and frees in order; ``reuses``: each block's
+        ``Alloc.reuses``; ``ranges``: the freed ranges now."""
         a = self.allocator
         if (a.pending or a._deferred or len(a.segments) != self.segments or a.reserved != self.reserved
                 or a.stats.folds != self.folds or rows != self.rows):
@@ -122,17 +126,72 @@ class Watch:
         live = {k for _, _, pieces in patches for k, _, _ in pieces if k is not None}
         if any(not slots[k][3] for k in range(len(slots)) if k not in live):
             return None
-        return AllocSchedule(a, start, patches, stats, [(lo, lo + size) for _, lo, size, _ in slots],
-                             streams, requested)
+        spans = [(lo, lo + size) for _, lo, size, _ in slots]
+        reuse = _reuse_schedule([(starts[i][0], starts[i][1]) for i in sorted(carved)], self.ranges, order, spans,
+                                [slot[0] for slot in slots], reuses, ranges)
+        if reuse is None:
+            return None
+        return AllocSchedule(a, start, patches, stats, spans, streams, requested, *reuse)
+
+
+def _reuse_schedule(regions: list, start: list, order: list, spans: list, bids: list, reuses: list, end):
+    """How a run's blocks reuse freed ranges (``Runtime._reused``: the newest freed block an allocation
+    overlaps; a free adds its range), replayed on the ranges the run started from with each range's
+    origin as its tag: ``(0, region, i)`` the region's i-th range at the start, ``(1, slot)`` a block
+    of the run (their ids order them as the tags do).  Returns ``(checks, ends, sources)``: per carved
+    region its ``(lo, hi)`` and the ``(lo, hi)`` of its ranges at the start, per region its ranges at
+    the end, per block the tags it reuses; or None when the replay disagrees with what the run did."""
+    checks, sim, start_bids = [], [], {}
+    for n, (lo, hi) in enumerate(regions):
+        i, j = bisect_left(start, (lo,)), bisect_left(start, (hi,))
+        if i and start[i - 1][1] > lo:
+            return None         # a freed range straddles the region: not one the allocator left free
+        inside = start[i:j]
+        if any(r[1] > hi for r in inside):
+            return None
+        checks.append((lo, hi, tuple((r[0], r[1]) for r in inside)))
+        for m, r in enumerate(inside):
+            sim.append((r[0], r[1], (0, n, m)))
+            start_bids[(0, n, m)] = r[2]
+    sim.sort()
+    outside = [r for r in start if not any(lo <= r[0] < hi for lo, hi in regions)]
+
+    def bid_of(tag):
+        return start_bids[tag] if tag[0] == 0 else bids[tag[1]]
+
+    sources = [()] * len(spans)
+    for malloc, k in order:
+        lo, hi = spans[k]
+        if not malloc:
+            insort(sim, (lo, hi, (1, k)))
+            continue
+        i = bisect_left(sim, (lo,))
+        if i and sim[i - 1][1] > lo:
+            i -= 1
+        j = bisect_left(sim, (hi,), i, min(i + 64, len(sim)))
+        hits = sim[i:j]
+        del sim[i:j]
+        sources[k] = tuple(h[2] for h in hits)
+        if (max(bid_of(t) for t in sources[k]) if hits else None) != reuses[k]:
+            return None
+    ends = [tuple(r for r in sim if lo <= r[0] < hi) for lo, hi in regions]
+    if sorted(outside + [(r[0], r[1], bid_of(r[2])) for r in sim]) != list(end or ()):
+        return None
+    return checks, ends, sources
 
 
 class AllocSchedule:
     """A watched run's effects on the allocator (see the module docstring).  ``spans``: each slot's
     ``(lo, hi)``, the same on every run it applies to."""
 
-    __slots__ = ("allocator", "start", "patches", "stats", "spans", "streams", "requested")
+    __slots__ = ("allocator", "start", "patches", "stats", "spans", "streams", "requested", "checks", "ends",
+                 "sources")
 
-    def __init__(self, allocator, start: dict, patches: list, stats, spans: list, streams: list, requested: list):
+    def __init__(self, allocator, start: dict, patches: list, stats, spans: list, streams: list, requested: list,
+                 checks: list, ends: list, sources: list):
+        self.checks = checks              # per carved region: (lo, hi, the (lo, hi) of its freed ranges)
+        self.ends = ends                  # per carved region: its freed ranges after the run, as tags
+        self.sources = sources            # per block: the tags of the freed ranges it reuses
         self.allocator = allocator
         self.start = list(start.items())
         self.patches = patches            # (free list key, index in it, ((slot or None, lo, size), ...))
@@ -160,6 +219,36 @@ class AllocSchedule:
                 if size != s or lo != l:
                     return False
         return True
+
+    def ranges_match(self, ranges) -> Optional[list]:
+        """The block ids of each carved region's freed ranges if they lie as in the watched run, else None."""
+        ranges = ranges or ()
+        found = []
+        for lo, hi, expected in self.checks:
+            i = bisect_left(ranges, (lo,))
+            if i and ranges[i - 1][1] > lo:
+                return None
+            j = i + len(expected)
+            inside = ranges[i:j]
+            if j < len(ranges) and ranges[j][0] < hi:
+                return None
+            for (a, b, _), (c, d) in zip(inside, expected):
+                if a != c or b != d:
+                    return None
+            if len(inside) != len(expected):
+                return None
+            found.append([r[2] for r in inside])
+        return found
+
+    def update_ranges(self, rt, device: int, found: list, bids: list) -> None:
+        """Set the freed ranges of the carved regions to what the run leaves (``found``: what
+        ``ranges_match`` returned; ``bids``: the run's block ids)."""
+        ranges = rt.freed_ranges.get(device)
+        if ranges is None:
+            ranges = rt.freed_ranges[device] = []
+        for (lo, _, expected), end in zip(reversed(self.checks), reversed(self.ends)):
+            i = bisect_left(ranges, (lo,))
+            ranges[i:i + len(expected)] = [(a, b, found[t[1]][t[2]] if t[0] == 0 else bids[t[1]]) for a, b, t in end]
 
     def apply(self, bids: list) -> dict:
         """The run's effects, its blocks numbered ``bids``; returns slot -> Block of the blocks that
