@@ -428,3 +428,27 @@ def test_allocation_schedules_give_the_op_by_op_allocator_state(npugraph):
     # the schedules were taken, and missed, in some programs
     assert tally["scheduled runs"] >= tally["programs"], tally
     assert tally["with schedule misses"] >= 1, tally
+
+
+def test_a_plan_computes_the_graphs_constants_once_and_never_hands_them_out(npugraph):
+    def f(x):
+        mask = torch.ones(4, 4, dtype=torch.bool, device=x.device).tril()      # no input: folded
+        positions = torch.arange(4, device=x.device).float()
+        fresh = torch.zeros(4, device=x.device)      # an output: each call's own tensor
+        return x.masked_fill(~mask, -1.0) + positions, fresh, positions.view(2, 2)
+
+    compiled = compile_with(f)
+    x = torch.full((4, 4), 0.5, device="npu")
+    expected = torch.full((4, 4), 0.5).masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -1.0) + \
+        torch.arange(4).float()
+    for _ in range(6):
+        out, fresh, view = compiled(x)
+        assert torch.equal(out.cpu(), expected)
+        assert fresh.cpu().tolist() == [0.0] * 4 and view.cpu().tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        fresh.add_(1)           # the caller changes its outputs in place: the next call is not affected
+        view.mul_(0)
+    (graph,) = [g for g in _ge_graphs(compiled) if g.record in npugraph.graphs]
+    # the previous call's outputs are alive during a call: two allocator states alternate, two schedules
+    assert graph.plan is not None and sum(fast.runs for fast in graph.plan.stretch.fast) >= 1
+    assert any(name.startswith("_folded_constant") for name, _ in graph.plan.math.named_buffers())
+    npugraph.assert_clean()

@@ -160,8 +160,58 @@ def payload_module(gm, device: int):
                  not v.is_floating_point() and plan.name in cpu_gaps.INTEGER_OPS))
                  for a in node.all_input_nodes for v in _values(a)):
             new.target = _widening(target)
+    _fold_constants(graph, root)
     graph.lint()
     return torch.fx.GraphModule(root, graph), None
+
+
+def _fold_constants(graph, root) -> None:
+    """Compute once the nodes that depend on nothing but the graph's lifted constants (a causal mask
+    made with ``ones``/``tril``/``where``, positions from ``arange``, host constants copied in): the same
+    kernels on the same values give the same bits every run.  Not folded: random or mutating ops, and
+    values that would reach the graph's outputs (by themselves or through views), which a caller may
+    change in place."""
+    values: dict = {}
+    for node in graph.nodes:
+        if node.op == "get_attr" and node.target.startswith("_tensor_constant"):
+            values[node] = getattr(root, node.target)
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                _pure(node.target) and all(a in values for a in node.all_input_nodes):
+            args = torch.fx.node.map_arg(node.args, values.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
+            with torch.no_grad():
+                value = node.target(*args, **kwargs)
+            if isinstance(value, torch.Tensor):
+                values[node] = value
+    folded = [n for n in values if n.op == "call_function" and not _reaches_output(n)
+              and any(u not in values for u in n.users)]
+    for i, node in enumerate(folded):
+        name = f"_folded_constant{i}"
+        root.register_buffer(name, values[node])
+        with graph.inserting_before(node):
+            const = graph.get_attr(name)
+        node.replace_all_uses_with(const)
+    graph.eliminate_dead_code()
+
+
+def _pure(op) -> bool:
+    """An op whose result depends on its arguments only and which changes none of them."""
+    schema = op._schema
+    return (torch.Tag.nondeterministic_seeded not in op.tags and not generators.seeded(op)
+            and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+            and len(schema.returns) == 1)
+
+
+def _reaches_output(node) -> bool:
+    """Whether ``node``'s value, or a view of it, is an output of the graph."""
+    for user in node.users:
+        if user.op == "output":
+            return True
+        target = user.target
+        if isinstance(target, torch._ops.OpOverload) and any(
+                r.alias_info is not None for r in target._schema.returns) and _reaches_output(user):
+            return True
+    return False
 
 
 def _mixed(node) -> bool:

@@ -30,6 +30,9 @@ from ..trace import ALLOC_ROW, FREE_ROW, KERNEL_ROW
 from .alloc_schedule import Watch, pool_key
 
 
+SCHEDULES = 4           # watched runs a stretch keeps (``Stretch.fast``)
+
+
 class Unplannable(Exception):
     """The recorded stretch holds something a plan cannot reproduce (the message says what)."""
 
@@ -64,7 +67,9 @@ class Stretch:
         self.allocs = [(t[1], t[3], t[4]) for t in tasks if t[0] == "a"]
         # ("a"/"f" tasks) (malloc?, slot) in order
         self.order = [(t[0] == "a", t[2] - slot_base) for t in tasks if t[0] in ("a", "f")]
-        self.fast: Optional[FastRun] = None   # the rows and allocator schedule of a watched run
+        # the rows and allocator schedules of watched runs, newest first (a loop that keeps the last
+        # call's outputs while making the next alternates between two allocator states)
+        self.fast: list = []
 
     # ------------------------------------------------------------------- recording
     @classmethod
@@ -175,7 +180,7 @@ class Stretch:
                                     [slot[3] for slot in slots], [slot[4] for slot in slots], end,
                                     stretch.order, [slot[6] for slot in slots], rt.freed_ranges.get(watch.allocator.device))
             if schedule is not None:
-                stretch.fast = FastRun(rt, stretch, schedule, launch, launch)
+                stretch.fast = [FastRun(rt, stretch, schedule, launch, launch)]
         return stretch
 
     @staticmethod
@@ -190,11 +195,11 @@ class Stretch:
         own blocks.  Returns the Block of every base (the live slots' blocks are the outputs')."""
         from .graphs import append_tasks
 
-        fast = self.fast
-        if fast is not None and fast.launch is launch and fast.trace is rt.trace:
-            blocks = fast.run(rt, inputs, caller)
-            if blocks is not None:
-                return blocks
+        for fast in self.fast:
+            if fast.launch is launch and fast.trace is rt.trace:
+                blocks = fast.run(rt, inputs, caller)
+                if blocks is not None:
+                    return blocks
         memory = Memory(rt, self, inputs)
         watch = self._watch(rt, launch, origin)
         start = len(rt.trace.log)
@@ -206,7 +211,8 @@ class Stretch:
             schedule = watch.finish([(b.bid, b.lo, b.size, b.freed) for b in memory.blocks[self.slot_base:]],
                                     streams, [n for _, n, _ in self.allocs], len(rt.trace.log), self.order,
                                     reuses, rt.freed_ranges.get(watch.allocator.device))
-            self.fast = None if schedule is None else FastRun(rt, self, schedule, launch, origin)
+            if schedule is not None:
+                self.fast = [FastRun(rt, self, schedule, launch, origin)] + self.fast[:SCHEDULES - 1]
         return memory.blocks
 
     def _watch(self, rt, launch, origin) -> Optional[Watch]:
