@@ -4,7 +4,8 @@ A GE graph is static (reference torchair_api.md §1.3: GE compiles a fixed graph
 events and memory), so every run issues the same tasks, events and allocations.  The first run of
 a graph in a test goes op by op through the NPU tensors (``ge._GeRunner``) and is recorded
 (``runtime.planned.Stretch``); later runs execute ``payload_module`` (the FX graph over plain CPU
-tensors, at the cost of ``aot_eager``) and append the recorded work with fresh memory.  Values,
+tensors, at the cost of ``aot_eager``; its constant-only nodes computed once) and append the recorded
+work with fresh memory (``planned.FastRun``: the allocator's part of a run applied at once).  Values,
 trace records (kinds, streams, order, sites) and so every hazard and report are those of an
 op-by-op run; tests/graph/test_ge_plan.py checks that on random graphs.
 

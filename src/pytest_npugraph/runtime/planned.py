@@ -8,7 +8,9 @@ templates a graph capture keeps, ``graphs.append_tasks``) and later runs compute
 CPU payloads and append the templates (``Stretch.append``).  Unlike a replay, each run gets fresh
 memory: every allocation is a real ``malloc`` of the caching allocator at the point the recorded
 run made it (so its addresses, reuse, statistics and ``Alloc.reuses`` are what an op-by-op run
-gets), every free a real ``free``, and every task's spans are moved onto this run's blocks.
+gets), every free a real ``free``, and every task's spans are moved onto this run's blocks.  A run
+whose allocator starts where a watched run's did (``alloc_schedule.py``) gets the same addresses, so
+``FastRun`` applies that run's allocator work at once and builds its rows from resolved templates.
 
 A stretch holds only what it can reproduce: tasks, allocations and frees of blocks it allocated,
 event records and waits of events it was told about, stream syncs (a blocking copy of a host
