@@ -366,7 +366,7 @@ class FastRun:
                 L[i], B[i], blocks[i] = block.lo, block.bid, block
             L.extend(self.los)
             B.extend(slot_bids)
-            blocks.extend(live.get(k) for k in range(self.n_slots))
+            blocks.extend(map(live.get, range(self.n_slots)))
             U = [(d, L[b] + dlo, L[b] + dhi, B[b]) + x for b, dlo, dhi, d, x in self.specs]
             caller_i = None if caller is None else trace.intern(caller)
             log, block_log, marks = trace.log, trace.block_log, rt.stream_marks
