@@ -57,6 +57,7 @@ class Settings:
     capture_error_mode: str = "global"
     # GE
     aicore_num: Optional[str] = None
+    ge_options: tuple = field(default=((), ()), compare=False)   # the config's (local, global) GE options
 
     @property
     def aclgraph(self) -> bool:
@@ -117,7 +118,13 @@ def _from_torchair(config, cann_ge_9: bool) -> Settings:
         data_dump_path=_raw(config.dump_config.dump_path) if _flag(config.dump_config.enable_dump) else None,
         data_dump_stage=_raw(config.dump_config.data_dump_stage), dump_mode=_raw(config.dump_config.dump_mode),
         dump_step=_raw(config.dump_config.dump_step), dump_layer=_raw(config.dump_config.dump_layer),
-        export=_export(config.export))
+        export=_export(config.export), ge_options=_ge_options(config))
+
+
+def _ge_options(config) -> tuple:
+    """The config's GE options as (local items, global items), read once (ge_options.py logs them)."""
+    local, glob = config.as_dict()
+    return tuple(local.items()), tuple(glob.items())
 
 
 def _export(export) -> Optional[tuple]:
