@@ -612,3 +612,35 @@ def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
 
     assert torch.compile(func, backend=backend)(torch.zeros(2, device="npu")).cpu().tolist() == [1, 1]
     assert targets[0] == "npugraph_ex.scope_enter" and targets[-1] == "npugraph_ex.scope_exit"
+
+
+def test_an_event_stream_record_event_makes_is_tagged_after_the_record_event():
+    """``s.record_event()`` with no event: the event the call makes is registered under the tag
+    ``<graph_id><record_event node>`` (TorchAir's pass names it after the ``record_event`` call, as its
+    smoke test checks), recorded on the side stream with the stream's fields as strings; torch 2.13's
+    Dynamo puts the made event's node after the record, which must not take the tag's name."""
+    from torchair._acl_concrete_graph.replace_stream_event import replace_stream_event_pass
+
+    recorded = []
+
+    def func(t):
+        default_stream = torch.npu.current_stream()
+        s1 = torch.npu.Stream()
+        torch.npu.set_stream(s1)
+        s1.record_event()
+        tmp = torch.add(t, 1)
+        torch.npu.set_stream(default_stream)
+        return torch.add(tmp, 2)
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event_pass(gm)
+        recorded.extend(n.args for n in gm.graph.nodes
+                        if getattr(n.target, "__name__", "") == "tagged_event_record_on_stream")
+        return gm
+
+    out = torch.compile(func, backend=backend, fullgraph=True)(torch.zeros(3, device="npu"))
+    assert out.cpu().tolist() == [3.0] * 3
+    assert len(recorded) == 1
+    tag, stream_id, index, kind, inside = recorded[0]
+    assert tag.startswith("graph_") and tag.endswith("_record_event"), tag
+    assert all(isinstance(v, str) for v in (stream_id, index, kind)) and index == "0" and inside is True
