@@ -228,6 +228,30 @@ def test_ge_wait_on_tensors_runs_and_orders_the_stream(npugraph):
     assert torch.equal(compiled(x + 1).cpu(), torch.full((3,), 5.0))
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_ge_wait_on_a_tensor_list_orders_later_work_with_no_data_edge(npugraph, wait):
+    """``torchair.ops.wait([a, b])`` in GE mode: the ops after it on the stream start after the listed
+    tensors' producers on other streams, though they read none of them; without it GE may overlap them."""
+    from pytest_npugraph.analysis.happens_before import HappensBefore
+
+    def f(x, y):
+        with torchair.scope.npu_stream_switch("side"):
+            a = x * 2
+            b = x - 1
+        if wait:
+            torchair.ops.wait([a, b])
+        return a, b, y + 1
+
+    compiled = torch.compile(f, backend=torchair.get_npu_backend(), fullgraph=True)
+    a, b, c = compiled(torch.ones(3, device="npu"), torch.ones(3, device="npu"))
+    assert [t.cpu().tolist() for t in (a, b, c)] == [[2.0] * 3, [0.0] * 3, [2.0] * 3]
+    ran = {k.op.split("::")[1].split(".")[0]: k for k in npugraph.trace.records
+           if getattr(k, "op", "").startswith(("aten::mul", "aten::sub", "aten::add"))}
+    hb = HappensBefore(npugraph.trace)
+    assert hb.ordered(ran["mul"].seq, ran["add"].seq) is wait
+    assert hb.ordered(ran["sub"].seq, ran["add"].seq) is wait
+
+
 # ------------------------------------------------------------------------------ graph dump
 def _two_streams(x):
     with torchair.scope.npu_stream_switch("s1"):
