@@ -612,7 +612,9 @@ def test_replace_stream_event_pass_is_callable_from_a_custom_backend():
     assert torch.equal(out.cpu(), torch.full((3,), 3.0))
     for name in ("scope_enter", "scope_exit", "tagged_event_record", "tagged_event_wait_on_stream"):
         assert seen.count(name) == 1, (name, seen)
-    assert "set_stream" not in seen and "record_event" not in seen and "wait_event" not in seen
+    # the set_stream that goes back stays, a scope_exit after it (TorchAir's pass rewrites only the push)
+    assert seen.count("set_stream") == 1 and seen[seen.index("set_stream") + 1] == "scope_exit"
+    assert "record_event" not in seen and "wait_event" not in seen
 
 
 def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
@@ -635,7 +637,8 @@ def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
         return gm
 
     assert torch.compile(func, backend=backend)(torch.zeros(2, device="npu")).cpu().tolist() == [1, 1]
-    assert targets[0] == "npugraph_ex.scope_enter" and targets[-1] == "npugraph_ex.scope_exit"
+    scoped = [t for t in targets if "scope_" in t]       # the stream nodes stay, as TorchAir leaves them
+    assert scoped == ["npugraph_ex.scope_enter", "npugraph_ex.scope_exit"] and targets[-1] == "npugraph_ex.scope_exit"
 
 
 def test_an_event_stream_record_event_makes_is_tagged_after_the_record_event():
@@ -668,3 +671,46 @@ def test_an_event_stream_record_event_makes_is_tagged_after_the_record_event():
     tag, stream_id, index, kind, inside = recorded[0]
     assert tag.startswith("graph_") and tag.endswith("_record_event"), tag
     assert all(isinstance(v, str) for v in (stream_id, index, kind)) and index == "0" and inside is True
+
+
+def test_set_stream_back_down_a_chain_keeps_the_call_and_exits_after_it_as_torchair():
+    """Switching back to a stream lower on the stack (here two levels) leaves the ``set_stream`` node in
+    place with one ``scope_exit`` per popped stream right after it, the last one made first, as
+    TorchAir's pass inserts them; the stream nodes stay.  TorchAir's smoke
+    test_stream_event_replace_with_set_stream reads these names and their order (its back-switch takes
+    ``torch.npu.current_stream()`` read on s1, which torch 2.13's Dynamo resolves to the entry stream, as
+    it tracks only ``with stream`` blocks; here the back-switch names s1)."""
+    from torchair._acl_concrete_graph.replace_stream_event import replace_stream_event_pass
+
+    graphs = []
+
+    def func(t):
+        default_stream = torch.npu.current_stream()
+        s1, s2, s3 = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
+        tmp = torch.add(t, 0)
+        torch.npu.set_stream(s1)
+        tmp = torch.add(tmp, 1)
+        torch.npu.set_stream(s2)
+        tmp = torch.add(tmp, 2)
+        torch.npu.set_stream(s3)
+        tmp = torch.add(tmp, 3)
+        torch.npu.set_stream(s1)
+        r = torch.add(tmp, 4)
+        torch.npu.set_stream(default_stream)
+        return r
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event_pass(gm)
+        graphs.append([(n.name, getattr(n.target, "__name__", str(n.target))) for n in gm.graph.nodes])
+        return gm
+
+    out = torch.compile(func, backend=backend, fullgraph=True, dynamic=False)(torch.zeros(3, device="npu"))
+    assert out.cpu().tolist() == [10.0] * 3
+    (nodes,) = graphs
+    targets = [t for _, t in nodes]
+    assert targets.count("scope_enter") == targets.count("scope_exit") == 3
+    back = targets.index("set_stream")
+    assert nodes[back][0] == "set_stream_3"           # set_stream(s1): pops s3 and s2
+    assert nodes[back + 1] == ("scope_exit_1", "scope_exit") and nodes[back + 2] == ("scope_exit", "scope_exit")
+    assert nodes[-2] == ("scope_exit_2", "scope_exit")                  # set_stream(default_stream) pops s1
+    assert nodes[-3][1] == "set_stream"

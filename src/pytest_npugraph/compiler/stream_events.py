@@ -193,25 +193,19 @@ def replace_stream_event_pass(gm, scope_namespace: str, graph_id: str, created_t
         log.error("there is some stream not pop from stack: %s", stack)
         raise RuntimeError(_END_ERROR)
     if changed:
-        for node in reversed(list(graph.nodes)):
-            if node.op == "call_function" and not node.users and (
-                    node.target is inputs.get_external_object_by_index or node.target is torch.npu.current_stream):
-                graph.erase_node(node)
         graph.lint()
         gm.recompile()
     return gm
 
 
 def _pop_to(graph, node, stack, done, scopes) -> None:
-    """``set_stream`` back to a stream lower on the stack: a ``scope_exit`` per popped stream."""
-    exits = 0
+    """``set_stream`` back to a stream lower on the stack: a ``scope_exit`` per popped stream, each put
+    right after the ``set_stream`` node, which stays (as TorchAir leaves it: the graph's nodes, their
+    names and positions are what its tests read)."""
     while not done():
         stack.pop()
-        exits += 1
-    with graph.inserting_after(node):
-        for _ in range(exits):
-            graph.call_function(scopes.scope_exit.default, args=())
-    graph.erase_node(node)
+        with graph.inserting_after(node):     # named as TorchAir's (it writes the op packet): scope_exit, _1, ...
+            graph.create_node("call_function", scopes.scope_exit.default, args=(), name="scope_exit")
 
 
 _MARKER_TARGETS = ("tagged_event_record_on_stream", "tagged_event_wait_on_stream", "tagged_stream_wait_stream",
