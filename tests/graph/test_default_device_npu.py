@@ -62,5 +62,6 @@ def test_dynamic_sizes_become_python_numbers_under_the_default_device(default_np
     for rows, cols in ((2, 3), (4, 5)):
         x = torch.ones(rows, cols, device="npu")
         y, t = fn(x)
-        assert y.device.type == "npu" and torch.equal(y.cpu(), torch.full((rows, cols), float(cols + rows)))
-        assert torch.equal(t.cpu(), torch.full((rows,), cols + 1.0))
+        assert y.device.type == "npu" and t.device.type == "npu"       # torch.tensor/ones follow the default
+        assert torch.equal(y.cpu(), torch.full((rows, cols), float(cols + rows), device="cpu"))
+        assert torch.equal(t.cpu(), torch.full((rows,), cols + 1.0, device="cpu"))
