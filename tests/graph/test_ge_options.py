@@ -4,6 +4,7 @@ reuses its memory (``ge.exec.outputReuseInputMemIndexes``), left out with a reas
 host tensor.  TorchAir's tests/smoke/ge_test.py reads these lines."""
 import logging
 
+import pytest
 import torch
 import torch_npu  # noqa: F401
 import torchair
@@ -88,3 +89,13 @@ def test_the_configs_own_ge_options_are_logged(npugraph, caplog):
     x = torch.ones(3, device="npu")
     _, lines = _run_logged(caplog, lambda x: x + 1, x, **{"ge_config.aicore_num": "2|4"})
     assert _option(lines, "ge.aicoreNum") == "2|4"
+
+
+def test_a_data_dependent_size_is_not_taken_for_an_empty_tensor(npugraph, caplog):
+    """An op whose size depends on the data (nonzero) has an unbacked symbolic size: the options are
+    logged without guarding on it."""
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        out, lines = _run_logged(caplog, lambda x: torch.nonzero(x > 0.5).sum() + x.sum(),
+                                 torch.tensor([0.0, 1.0, 0.7], device="npu"))
+    assert out.cpu().item() == pytest.approx(3.0 + 1.7)
+    assert _option(lines, "ge.exec.allTensorNotEmpty") == "1"

@@ -70,12 +70,14 @@ def _reuse_on_host(mapping: dict, data: list) -> bool:
 
 def _has_empty_tensor(gm) -> bool:
     """Whether an op of the graph makes only zero-element tensors (GE then may not assume none is empty)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         value = node.meta.get("val")
         flat = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.Tensor)]
-        if flat and all(v.numel() == 0 for v in flat):
+        if flat and all(statically_known_true(v.numel() == 0) for v in flat):   # unbacked sizes: not known empty
             return True
     return False
 
