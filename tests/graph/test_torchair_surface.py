@@ -714,3 +714,22 @@ def test_set_stream_back_down_a_chain_keeps_the_call_and_exits_after_it_as_torch
     assert nodes[back + 1] == ("scope_exit_1", "scope_exit") and nodes[back + 2] == ("scope_exit", "scope_exit")
     assert nodes[-2] == ("scope_exit_2", "scope_exit")                  # set_stream(default_stream) pops s1
     assert nodes[-3][1] == "set_stream"
+
+
+@pytest.mark.parametrize("package", ["torchair", "npugraph_ex"])
+def test_static_kernel_and_cat_optimization_import_and_say_they_are_not_emulated(package):
+    """``<package>._acl_concrete_graph.static_kernel`` / ``cat_optimization`` (torch_npu 2.14 ships both;
+    npugraph_ex's smoke tests import ``static_compile`` at their top and save/restore the cat pass in
+    setUp): the modules import and are attributes of the package; calling their entry points says what
+    the emulator does not do."""
+    import importlib
+
+    from pytest_npugraph.errors import NotEmulated
+
+    acl = importlib.import_module(f"{package}._acl_concrete_graph")
+    from_import = importlib.import_module(f"{package}._acl_concrete_graph.static_kernel").static_compile
+    assert acl.static_kernel.static_compile is from_import
+    with pytest.raises(NotEmulated, match="does not emulate CANN's static kernel compilation"):
+        acl.static_kernel.static_compile("dir", "chosen")
+    with pytest.raises(NotEmulated, match="does not apply TorchAir's remove_cat_ops pass"):
+        acl.cat_optimization.optimize_cat_with_out_tensor(None)
