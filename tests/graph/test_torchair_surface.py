@@ -733,3 +733,24 @@ def test_static_kernel_and_cat_optimization_import_and_say_they_are_not_emulated
         acl.static_kernel.static_compile("dir", "chosen")
     with pytest.raises(NotEmulated, match="does not apply TorchAir's remove_cat_ops pass"):
         acl.cat_optimization.optimize_cat_with_out_tensor(None)
+
+
+@pytest.mark.parametrize("package", ["torchair", "npugraph_ex"])
+def test_acl_concrete_graph_is_the_class_of_compiled_aclgraph_graphs(monkeypatch, package):
+    """``<package>._acl_concrete_graph.fx2acl_converter.AclConcreteGraph`` (npugraph_ex's smoke tests save
+    and wrap its ``__call__`` in setUp): every run of a compiled npugraph_ex graph goes through it."""
+    import importlib
+
+    cls = importlib.import_module(f"{package}._acl_concrete_graph.fx2acl_converter").AclConcreteGraph
+    runs = []
+    original = cls.__call__
+
+    def counted(self, *args):
+        runs.append(self.name)
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, "__call__", counted)
+    compiled = torch.compile(lambda x: x * 3, backend="npugraph_ex")
+    for _ in range(2):
+        assert compiled(torch.ones(2, device="npu")).cpu().tolist() == [3.0, 3.0]
+    assert runs == ["graph_1", "graph_1"]
