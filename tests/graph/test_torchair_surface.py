@@ -754,3 +754,43 @@ def test_acl_concrete_graph_is_the_class_of_compiled_aclgraph_graphs(monkeypatch
     for _ in range(2):
         assert compiled(torch.ones(2, device="npu")).cpu().tolist() == [3.0, 3.0]
     assert runs == ["graph_1", "graph_1"]
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_npugraph_ex_force_recapture_captures_every_run_and_counts_it(force):
+    """npugraph_ex's ``force_recapture`` option: each run after the first recaptures the graph ("needs to
+    be recaptured", counted in the capture-count line TorchAir logs after each capture); without it the
+    second run replays.  The option was accepted and ignored."""
+    from npugraph_ex.core.utils import logger as log
+
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler, level = Lines(logging.DEBUG), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        model = torch.nn.Linear(4, 4).npu()
+        compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=False,
+                                 options={"force_recapture": force})
+        x = torch.randn(2, 4, device="npu")
+        first = compiled(x).cpu()
+        first_lines, lines[:] = list(lines), []
+        second = compiled(x).cpu()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    expected = model(x).detach().cpu()
+    assert torch.allclose(first, expected) and torch.allclose(second, expected)
+    assert any("No find captured AclGraph" in line for line in first_lines)
+    assert any(line.startswith("For graph graph_1 : the count of captures is 1") and
+               line.endswith("and count of recaptures caused by force_recapture is 0") for line in first_lines)
+    if force:
+        assert any("The current AclGraph needs to be recaptured" in line for line in lines)
+        assert any(line.endswith("count of recaptures caused by force_recapture is 1") for line in lines)
+    else:
+        assert any("The current AclGraph no needs to be recaptured" in line for line in lines)
+        assert not any("count of captures" in line for line in lines)
