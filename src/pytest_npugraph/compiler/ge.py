@@ -29,7 +29,7 @@ from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
 from ..runtime.callsite import first_user
 from ..runtime.planned import Stretch
-from . import data_dump, emit, export, fxgraph, ge_plan
+from . import data_dump, emit, export, fxgraph, ge_options, ge_plan
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
 
@@ -97,6 +97,7 @@ class GeGraph:
         self.plan_reason = ge_plan.unplannable_reason(self)    # why runs go op by op ('' while a plan may come)
         self._payload_modules: dict = {}       # device -> (payload module or None, why not)
         self._plan_tries = 0
+        self._loaded = False                   # TorchAir loads (and logs its options) at the first run
 
     # ---------------------------------------------------------------- compile time
     def _lanes(self, gm) -> dict:
@@ -155,6 +156,9 @@ class GeGraph:
     def __call__(self, *args):
         if self.export is not None:             # dynamo_export: write the export, do not run
             export.export(self.gm, self.name, self.lane, args, self.settings)
+        if not self._loaded:
+            self._loaded = True
+            ge_options.log_compile_options(self.gm, self.settings, args)
         rt = current()
         device = device_of(args, rt)
         if self._generation != (rt.generation, device):
