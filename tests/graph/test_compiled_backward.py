@@ -11,6 +11,8 @@ import torchair
 
 from pytest_npugraph import trace as T
 
+from eager.autograd_helpers import backward_streams, data, expected_grads, loss_of, side
+
 from .helpers import backend
 
 MODES = ["ge", "reduce-overhead", "npugraph_ex", "aot_eager"]
@@ -19,36 +21,6 @@ STREAM_MODES = ["reduce-overhead", "npugraph_ex", "aot_eager"]   # GE runs its o
 
 def compiled(fn, mode):
     return torch.compile(fn, backend="aot_eager" if mode == "aot_eager" else backend(mode), dynamic=False)
-
-
-def data(device="npu"):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(8, 8, generator=g).to(device).requires_grad_()
-    w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
-    return x, w
-
-
-def loss_of(x, w):
-    return (x @ w).relu().sum()
-
-
-def expected_grads(x, w):
-    xc, wc = x.detach().cpu().requires_grad_(), w.detach().cpu().requires_grad_()
-    loss_of(xc, wc).backward()
-    return xc.grad, wc.grad
-
-
-def side():
-    s = torch.npu.Stream()
-    s.wait_stream(torch.npu.current_stream())
-    return s
-
-
-def backward_streams(npugraph, op):
-    """The streams kernels of ``op`` ran on (eagerly or replayed; not the shadows a capture records)."""
-    trace = npugraph.trace
-    return {trace.streams[k.stream].label for k in trace.records
-            if isinstance(k, T.Kernel) and op in k.op and (k.graph is None or not k.graph.capture)}
 
 
 # --------------------------------------------------------------------------------- values
