@@ -112,8 +112,9 @@ def determinism(args) -> bool:
     start, runs = time.monotonic(), []
     for s in [None, *range(1, args.harness_runs + 1)]:
         runs.append(harness.run(s, files))
-        print(f"  harness run {len(runs) - 1} (seed {s}): {len(runs[-1])} tests, "
-              f"{time.monotonic() - start:.0f} s", flush=True)
+        changes = len(harness.differences(runs, skip=harness.known_flaky(runs)))
+        print(f"  harness run {len(runs) - 1} (seed {s}): {len(runs[-1])} tests, {changes} verdict changes "
+              f"so far, {time.monotonic() - start:.0f} s", flush=True)
     flaky = harness.known_flaky(runs)
     diffs = harness.differences(runs, skip=flaky)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
