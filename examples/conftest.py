@@ -34,7 +34,7 @@ def top_k_top_p_sample(logits, k, p):
 
 
 def pytest_npugraph_register_ops(registry):
-    registry.register("npu_top_k_top_p_sample", "npu_top_k_top_p_sample(Tensor logits, int k, float p) -> Tensor",
+    registry.register("npu_greedy_top_k_top_p", "npu_greedy_top_k_top_p(Tensor logits, int k, float p) -> Tensor",
                       top_k_top_p_sample, cores={"kind": "AICPU"})
     registry.register("npu_early_start_add", "npu_early_start_add(Tensor src0, Tensor src1) -> Tensor",
                       torch.add, cores={"kind": "AIV", "set_next_task_start": True})

@@ -22,7 +22,7 @@ def decode_step(hidden, lm_head, w_next, helper, sampler_stream=None):
     sampler_stream = sampler_stream or helper
     sampler_stream.wait_stream(helper)
     with torch.npu.stream(sampler_stream):
-        token = torch_npu.npu_top_k_top_p_sample(probs, 8, 0.9)  # AICPU: no limit applies
+        token = torch_npu.npu_greedy_top_k_top_p(probs, 8, 0.9)  # AICPU: no limit applies
     nxt = hidden @ w_next                                          # the next layer, on the main stream
     main.wait_stream(sampler_stream)
     return token, nxt
@@ -38,7 +38,7 @@ def test_limit_around_an_aicpu_sampler_is_ineffective(npugraph):
     hidden, lm_head, w_next = inputs()
     helper = torch.npu.Stream()
     torch.npu.set_stream_limit(helper, vector_num=8)
-    with npugraph.expect("limit-ineffective", match="npu_top_k_top_p_sample.*AICPU ops run on the AI CPU"):
+    with npugraph.expect("limit-ineffective", match="npu_greedy_top_k_top_p.*AICPU ops run on the AI CPU"):
         decode_step(hidden, lm_head, w_next, helper)
 
 

@@ -38,5 +38,5 @@ def test_a_cast_in_a_stream_scope_compiles_and_computes(default_npu):
     x = torch.ones(2, 2, dtype=torch.float16, device="npu")
     z, t = fn(x)
     assert z.dtype == torch.float32 and z.device.type == "npu"
-    assert torch.equal(z.cpu(), torch.full((4,), 3.0))
+    assert torch.equal(z.cpu(), torch.full((4,), 3.0, device="cpu"))
     assert t.device.type == "npu" and t.dtype == torch.float16 and t.cpu().tolist() == [1.0, 2.0]

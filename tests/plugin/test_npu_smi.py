@@ -119,7 +119,10 @@ def test_path_and_environment_restored_after_the_session(pytester, monkeypatch):
     """In-process session: PATH, the variables and the directory are given back at the end."""
     _without_outer_tool(monkeypatch)
     before = dict(os.environ)
-    dirs_before = set(os.listdir(tempfile.gettempdir()))
+    # the session's tool folder goes to a temporary directory of this test alone (other runs share /tmp)
+    scratch = pytester.path / "scratch-tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     pytester.makepyfile("""
         import shutil
         def test_sees_it():
@@ -131,8 +134,7 @@ def test_path_and_environment_restored_after_the_session(pytester, monkeypatch):
         assert os.environ.get(name) == before.get(name)
     found = shutil.which("npu-smi")
     assert found is None or "npugraph-npu-smi-" not in found
-    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith("npugraph-npu-smi-")
-                and d not in dirs_before]
+    assert not [d for d in os.listdir(scratch) if d.startswith("npugraph-npu-smi-")]
 
 
 def test_installed_object_round_trip(tmp_path, monkeypatch):

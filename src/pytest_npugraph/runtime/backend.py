@@ -282,7 +282,9 @@ def install(npu_module) -> None:
     if name not in ("privateuseone", NPU):
         raise RuntimeError(f"PrivateUse1 is already renamed to {name!r}; cannot emulate npu in this process")
     from torch.utils import backend_registration as br
+    from torch.utils._device import _device_constructors
 
+    defaulted = _device_constructors()      # read (and cached by torch) before a wrapper replaces a builtin
     if name != NPU:
         br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module, device_guard=NpuDeviceGuard())
     from . import special_ops, transfers
@@ -312,4 +314,21 @@ def install(npu_module) -> None:
     autograd_streams.install()
     pinned.install()
     rank_rng.install()          # wraps pinned's factories
+    _default_device_sees_wrappers(defaulted)
     _installed = True
+
+
+def _default_device_sees_wrappers(defaulted: set) -> None:
+    """torch's default-device mode (``torch.set_default_device``, ``with torch.device(...)``) fills in
+    ``device=`` only for the functions in ``defaulted``, a set torch builds once off ``torch.<name>``.
+    Read before any wrapper replaced a builtin (``install``), it holds the builtins, which the wrappers
+    end up calling, so eager factories see the mode; each wrapper of one (``torch.tensor``, ``ones``...
+    wrapped for bare devices, ``pin_memory`` and rank generators) is added beside it, since Dynamo
+    traces the wrapper as the constructor it wraps."""
+    for builtin in list(defaulted):
+        chain, fn = [], getattr(torch, getattr(builtin, "__name__", ""), None)
+        while fn is not None and fn is not builtin:
+            chain.append(fn)
+            fn = getattr(fn, "__wrapped__", None)
+        if fn is builtin:
+            defaulted.update(chain)

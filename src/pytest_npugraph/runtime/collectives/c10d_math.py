@@ -35,10 +35,11 @@ def _reduce(tensors: list, op: str) -> torch.Tensor:
     floating = dtype.is_floating_point or dtype.is_complex
     if op == "sum":
         out = stacked.sum(0, dtype=dtype if not floating else None)
-    elif op == "avg":
-        if not floating:
-            raise CollectiveError(f"ReduceOp.AVG is not supported for {dtype}")
-        out = stacked.mean(0)
+    elif op == "avg":       # HCCL has no AVG: torch_npu sums, then divides the result tensor in place
+        if floating:
+            out = stacked.mean(0)
+        else:               # an integer tensor keeps its dtype: the quotient truncated (Atlas A5 asks for "trunc")
+            out = torch.div(stacked.sum(0, dtype=dtype), len(tensors), rounding_mode="trunc")
     elif op == "product":
         out = stacked.prod(0, dtype=dtype if not floating else None)
     elif op == "min":
@@ -180,6 +181,66 @@ def _all_to_all_single(calls):
             dst[out_off[q]:out_off[q] + outs[r][q]].copy_(sources[q][start:start + ins[q][r]])
 
 
+def _rows(t: torch.Tensor) -> int:
+    """Elements per dim-0 row, as HCCL counts them (a tensor with no rows counts 1)."""
+    return t.numel() // t.shape[0] if t.dim() and t.shape[0] else 1
+
+
+def _reduce_scatter_tensor_uneven(calls):
+    """ReduceScatterV: rank r's ``output`` = the reduction over ranks of rows [off[r], +sizes[r]) of
+    their inputs (``input_split_sizes``, the same on every rank)."""
+    _agree(calls, "reduce ops", lambda c: c.params["reduce"])
+    _agree(calls, "input tensors", lambda c: [_meta(t) for t in c.inputs])
+    _agree(calls, "input_split_sizes", lambda c: c.params["input_split_sizes"])
+    sizes, row = calls[0].params["input_split_sizes"], _rows(calls[0].inputs[0])
+    offsets = _offsets(sizes)
+    for r, c in enumerate(calls):
+        if c.outputs[0].numel() != sizes[r] * row:
+            raise CollectiveError(f"rank {c.thread}: output {_meta(c.outputs[0])} must hold {sizes[r]} rows of "
+                                  f"{row} elements (input_split_sizes {sizes})")
+    flats = [_flat(c.inputs[0]) for c in calls]
+    for r, c in enumerate(calls):
+        start = offsets[r] * row
+        reduced = _reduce([f[start:start + sizes[r] * row] for f in flats], c.params["reduce"])
+        _p(c.outputs[0]).copy_(reduced.view(c.outputs[0].shape))
+
+
+def _all_gather_into_tensor_uneven(calls):
+    """AllGatherV: rows [off[r], +sizes[r]) of every rank's ``output`` = rank r's input
+    (``output_split_sizes``, the same on every rank)."""
+    _agree(calls, "output tensors", lambda c: [_meta(t) for t in c.outputs])
+    _agree(calls, "output_split_sizes", lambda c: c.params["output_split_sizes"])
+    sizes, row = calls[0].params["output_split_sizes"], _rows(calls[0].outputs[0])
+    for r, c in enumerate(calls):
+        if c.inputs[0].numel() != sizes[r] * row or c.inputs[0].dtype != c.outputs[0].dtype:
+            raise CollectiveError(f"rank {c.thread}: input {_meta(c.inputs[0])} must hold {sizes[r]} rows of {row} "
+                                  f"elements (output_split_sizes {sizes})")
+    gathered = torch.cat([_flat(c.inputs[0]) for c in calls])
+    for c in calls:
+        _p(c.outputs[0]).copy_(gathered.view(c.outputs[0].shape))
+
+
+def _all_to_all_vc(calls):
+    """AlltoAllVC: ``matrix[i][j]`` elements go from rank i to rank j; rank i's input holds its sends
+    per target rank in rank order, rank j's output its receipts per source rank in rank order."""
+    w = len(calls)
+    _agree(calls, "send_count_matrix", lambda c: c.params["send_count_matrix"])
+    _agree(calls, "dtypes", lambda c: (c.inputs[0].dtype, c.outputs[0].dtype))
+    flat = calls[0].params["send_count_matrix"]
+    if len(flat) != w * w:
+        raise CollectiveError(f"send_count_matrix has {len(flat)} entries; a group of {w} needs {w * w}")
+    matrix = [flat[i * w:(i + 1) * w] for i in range(w)]
+    for i, c in enumerate(calls):
+        sends, receives = sum(matrix[i]), sum(row[i] for row in matrix)
+        if c.inputs[0].numel() != sends or c.outputs[0].numel() != receives:
+            raise CollectiveError(f"rank {c.thread}: input holds {c.inputs[0].numel()} elements and output "
+                                  f"{c.outputs[0].numel()}; send_count_matrix has it send {sends} and receive {receives}")
+    sources = [_flat(c.inputs[0]).clone() for c in calls]
+    for j, c in enumerate(calls):
+        received = [sources[i][_offsets(matrix[i])[j]:][:matrix[i][j]] for i in range(w)]
+        _p(c.outputs[0]).copy_(torch.cat(received).view(c.outputs[0].shape))
+
+
 def _all_to_all(calls):
     """List form: rank r's ``outputs[q]`` receives rank q's ``inputs[r]``."""
     w = len(calls)
@@ -236,5 +297,7 @@ MATH = {
     "all_gather": _all_gather, "all_gather_into_tensor": _all_gather_into_tensor,
     "reduce_scatter": _reduce_scatter, "reduce_scatter_tensor": _reduce_scatter_tensor,
     "all_to_all": _all_to_all, "all_to_all_single": _all_to_all_single,
+    "reduce_scatter_tensor_uneven": _reduce_scatter_tensor_uneven,
+    "all_gather_into_tensor_uneven": _all_gather_into_tensor_uneven, "all_to_all_vc": _all_to_all_vc,
     "gather": _gather, "scatter": _scatter, "barrier": _barrier, "p2p": _p2p,
 }   # + the MC2 ops' collective math, read off their specs (``OpSpec.mc2_math``) by install()

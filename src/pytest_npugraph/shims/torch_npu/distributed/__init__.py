@@ -15,7 +15,9 @@ import inspect
 import os
 import re
 import sys
+import warnings
 
+import torch
 import torch.distributed as dist
 
 from pytest_npugraph._context import CONTEXT
@@ -24,11 +26,75 @@ from pytest_npugraph.runtime import collectives as _collectives
 from . import _process_group
 from ._process_group import ProcessGroupHCCL
 
-__all__ = ["is_hccl_available", "ProcessGroupHCCL"]
+__all__ = ["is_hccl_available", "ProcessGroupHCCL", "reduce_scatter_tensor_uneven", "all_gather_into_tensor_uneven",
+           "all_to_all_vc"]
 
 
 def is_hccl_available() -> bool:
     return "hccl" in dist.Backend.backend_list
+
+
+def _hccl_backend(name: str, output, input, group):
+    """The group's hccl backend for torch_npu's own collectives, or None (with torch_npu's warnings) when
+    the rank is outside the group or a tensor is not on the npu."""
+    c10d = dist.distributed_c10d
+    if c10d._rank_not_in_group(group):
+        c10d._warn_not_in_group(name)
+        return None
+    if output.device.type != "npu" or input.device.type != "npu":
+        warnings.warn("Support for Tensors is limited to those of type npu")
+        return None
+    if group is None or group is c10d.GroupMember.WORLD:
+        group = c10d._get_default_group()
+    return group
+
+
+def _finish(work, async_op: bool):
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM, group=None,
+                                 async_op=False):
+    """``torch_npu.distributed.reduce_scatter_tensor_uneven`` (HCCL ReduceScatterV): rank r receives the
+    reduction of rows ``[sum(input_split_sizes[:r]), +input_split_sizes[r])`` of every rank's input."""
+    group = _hccl_backend("reduce_scatter_tensor_uneven", output, input, group)
+    if group is None:
+        return None
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = op
+    backend = group._get_backend(torch.device("npu"))
+    return _finish(backend.reduce_scatter_tensor_uneven(output, input, list(input_split_sizes or []), opts), async_op)
+
+
+def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None, async_op=False):
+    """``torch_npu.distributed.all_gather_into_tensor_uneven`` (HCCL AllGatherV): rows
+    ``[sum(output_split_sizes[:r]), +output_split_sizes[r])`` of every rank's output are rank r's input."""
+    group = _hccl_backend("all_gather_into_tensor_uneven", output, input, group)
+    if group is None:
+        return None
+    backend = group._get_backend(torch.device("npu"))
+    return _finish(backend.all_gather_into_tensor_uneven(output, input, list(output_split_sizes or [])), async_op)
+
+
+def all_to_all_vc(output, input, send_count_matrix, group=None, async_op=False):
+    """``torch_npu.distributed.all_to_all_vc`` (HCCL AlltoAllVC): ``send_count_matrix[i][j]`` elements go
+    from rank i to rank j; every rank passes the same full matrix."""
+    group = _hccl_backend("all_to_all_vc", output, input, group)
+    if group is None:
+        return None
+    size = dist.get_world_size(group)
+    if len(send_count_matrix) != size:
+        raise ValueError(f"send_count_matrix must have {size} rows (group size), got {len(send_count_matrix)}")
+    for row in send_count_matrix:
+        if len(row) != size:
+            raise ValueError(f"send_count_matrix must be a square [{size}][{size}] matrix; "
+                             f"got a row of length {len(row)}")
+    flat = [int(v) for row in send_count_matrix for v in row]
+    backend = group._get_backend(torch.device("npu"))
+    return _finish(backend.alltoallvc(output, input, flat), async_op)
 
 
 def _outside_run_ranks(bound) -> None:

@@ -28,7 +28,8 @@ from pytest_npugraph.runtime.runtime import current
 
 # collective -> the name its kernel records ("hccl::<kind>") and the profile hook receives
 KINDS = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-         "all_to_all_single": "all_to_all"}
+         "all_to_all_single": "all_to_all", "all_gather_into_tensor_uneven": "all_gather",   # AllGatherV
+         "reduce_scatter_tensor_uneven": "reduce_scatter", "all_to_all_vc": "all_to_all"}     # ReduceScatterV, AlltoAllVC
 
 
 class ProcessGroupHCCL:
@@ -73,6 +74,29 @@ class ProcessGroupHCCL:
     def _set_sequence_number_for_group(self) -> None:
         pass
 
+    # -- torch_npu's own collectives (``torch_npu.distributed.*``), not in torch's ProcessGroup API
+    def reduce_scatter_tensor_uneven(self, output, input, input_split_sizes=(), opts=None):
+        """ReduceScatterV: rank r's ``output`` = the reduction over ranks of rows
+        [sum(sizes[:r]), +sizes[r]) of their inputs (equal rows when ``input_split_sizes`` is empty)."""
+        _check_same_dtype(output, input)
+        _check_tensors((output, input))
+        sizes = _filled_split_sizes(input_split_sizes, input, self.size())
+        op = _reduce_op(opts.reduceOp) if opts is not None else "sum"
+        return self._pg._run("reduce_scatter_tensor_uneven", [input], [output], reduce=op, input_split_sizes=sizes)
+
+    def all_gather_into_tensor_uneven(self, output, input, output_split_sizes=(), opts=None):
+        """AllGatherV: rows [sum(sizes[:r]), +sizes[r]) of every rank's ``output`` = rank r's input."""
+        _check_same_dtype(output, input)
+        _check_tensors((output, input))
+        sizes = _filled_split_sizes(output_split_sizes, output, self.size())
+        return self._pg._run("all_gather_into_tensor_uneven", [input], [output], output_split_sizes=sizes)
+
+    def alltoallvc(self, output, input, send_count_matrix, opts=None):
+        """AlltoAllVC: ``send_count_matrix`` (flat, row-major, the same on every rank) [i][j] elements go
+        from rank i to rank j, laid out per target rank in the input and per source rank in the output."""
+        _check_tensors((output, input))
+        return self._pg._run("all_to_all_vc", [input], [output], send_count_matrix=[int(v) for v in send_count_matrix])
+
     def __repr__(self) -> str:
         return f"ProcessGroupHCCL(comm={self._pg._comm.name!r}, rank={self.rank()}, size={self.size()})"
 
@@ -105,6 +129,21 @@ def _check_split_sizes(sizes, tensor, group_size: int) -> None:
         raise RuntimeError("Number of tensor splits not equal to group size" + dist_error(ErrCode.TYPE))
     elif sum(sizes) != tensor.size(0):
         raise RuntimeError("Split sizes doesn't match total dim 0 size" + dist_error(ErrCode.TYPE))
+
+
+def _filled_split_sizes(sizes, tensor, group_size: int) -> list:
+    """ProcessGroupHCCL's fill_equal_split_sizes_when_empty, then check_split_sizes."""
+    if not sizes:
+        if tensor.size(0) % group_size:
+            raise RuntimeError("Tensor's dim 0 does not divide equally across group size" + dist_error(ErrCode.PARAM))
+        return [tensor.size(0) // group_size] * group_size
+    _check_split_sizes(sizes, tensor, group_size)
+    return [int(s) for s in sizes]
+
+
+def _check_same_dtype(output, input) -> None:
+    if output.dtype != input.dtype:
+        raise RuntimeError("output tensor must have the same type as input tensor" + dist_error(ErrCode.PARAM))
 
 
 def _check_tensors(tensors) -> None:
