@@ -25,7 +25,8 @@ call aten ops, not these entry points.  A graph Dynamo compiles that draws (a ra
 or method, a seeded aten op) runs, in a rank thread, under a dispatch mode (``_RankDraws``) that
 gives each CPU op that draws from the default generator the rank's state, one op at a time; ops on
 NPU tensors draw from the rank's device generators on their own path.  The swap is per op, never
-across the graph: a graph that waits in a collective must not hold the swap the other ranks need.
+across the graph: a graph that waits for another rank (a host read of a collective's result) must
+not hold the swap that rank needs to draw.
 
 Limits: ``torch.default_generator`` used directly in a rank thread is torch's shared one.
 """
