@@ -110,7 +110,7 @@ def determinism(args) -> bool:
 
     files = harness.targets()
     start, runs = time.monotonic(), []
-    for s in [None, *range(1, args.harness_runs + 1)]:
+    for s in [None, *range(args.first_seed, args.first_seed + args.harness_runs)]:
         runs.append(harness.run(s, files))
         changes = len(harness.differences(runs, skip=harness.known_flaky(runs)))
         print(f"  harness run {len(runs) - 1} (seed {s}): {len(runs[-1])} tests, {changes} verdict changes "
@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     parser.add_argument("--late-runs", type=int, default=50)
     parser.add_argument("--seed-runs", type=int, default=20)
     parser.add_argument("--harness-runs", type=int, default=20, help="skewed runs besides the unskewed one")
+    parser.add_argument("--first-seed", type=int, default=1, help="the skew seed of the first skewed run")
     parser.add_argument("--load", type=int, default=0, help="busy processes beside the runs")
     args = parser.parse_args(argv)
     unknown = set(args.figures) - set(FIGURES)
