@@ -28,6 +28,7 @@ from ..runtime import profiles
 from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
 from ..runtime.callsite import first_user
+from ..runtime.planned import Stretch
 from . import data_dump, emit, export, fxgraph, ge_plan
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
@@ -183,6 +184,7 @@ class GeGraph:
             return self._runner.run(*args)
         caller = first_user(sys._getframe(2))
         start = len(rt.trace.log)
+        watch = Stretch.watch_recording(rt, device)
         runner = self._runner
         runner.windows = []
         try:
@@ -192,7 +194,7 @@ class GeGraph:
         self._plan_tries += 1
         try:
             self.plan = ge_plan.GePlan.build(self, math, rt, device, args, blocks, key, start, len(rt.trace.log),
-                                             launch, windows, caller, outputs)
+                                             launch, windows, caller, outputs, watch)
         except ge_plan.Unplannable as error:
             if self._plan_tries >= 2:
                 self.plan_reason = f"recorded run: {error}"
