@@ -5,6 +5,8 @@ send from a rank to another with that rank's n-th receive from it.
 Why: pipeline parallelism (vLLM PP, MindSpeed) hands activations between stages this way; an
 unmatched send or two ranks that both send first hang on hardware, and must be reported, not waited on.
 """
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -78,6 +80,30 @@ def test_both_ranks_sending_first_is_a_deadlock(npugraph):
     with npugraph.expect("deadlock", match="npu:0, npu:1 can block each other forever"):
         with pytest.raises(DeviceHang, match="device hang"):
             npugraph.run_ranks(rank_fn)
+
+
+def test_the_hang_names_the_issuers_of_a_stuck_send_in_rank_order(npugraph):
+    """Rank 1 issues both its calls before rank 0 issues any: the message still lists rank 0 first
+    (the determinism harness saw the text follow the ranks' arrival order, seed 3 of 5)."""
+    import threading
+
+    issued = threading.Event()
+
+    def rank_fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=2)
+        out = torch.zeros(4).npu()
+        if rank == 0:
+            assert issued.wait(30)
+        dist.send(_values(rank), dst=1 - rank)
+        dist.recv(out, src=1 - rank)
+        if rank == 1:
+            issued.set()
+        return out.cpu()
+    with npugraph.expect("deadlock"):
+        with pytest.raises(DeviceHang) as raised:
+            npugraph.run_ranks(rank_fn)
+    stuck = re.findall(r"\('hccl/0/p2p:[01]->[01]'\): issued by rank (\d) at \S+, rank (\d) at", str(raised.value))
+    assert stuck == [("0", "1"), ("0", "1")]
 
 
 def test_a_send_never_received_is_reported_not_waited_on(npugraph):

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch_npu  # noqa: F401
 
+from graph.helpers import backend
 from pytest_npugraph.runtime.generators import DEFAULT_SEED
 
 pytestmark = pytest.mark.npu_devices(2)
@@ -108,3 +109,74 @@ def test_rng_state_and_fork_rng_in_a_rank_are_the_ranks(npugraph):
         expected = reference(lambda: torch.rand(8), seed=rank)
         assert torch.equal(torch.cat([first, second]), expected)
         assert torch.equal(again, first)
+
+
+# ------------------------------------------------------------------ compiled graphs in rank threads
+COMPILED = ["ge", "reduce-overhead", "npugraph_ex", "aot_eager", "eager"]
+
+
+def _compiled(fn, mode):
+    return torch.compile(fn, backend=mode if mode in ("aot_eager", "eager") else backend(mode), dynamic=False)
+
+
+def _noisy(x):
+    """CPU draws of every kind a compiled graph makes (a factory, a like-factory, dropout, an in-place
+    sampler), used on the NPU."""
+    noise = torch.randn(8) + torch.rand_like(torch.ones(8)) + torch.nn.functional.dropout(torch.ones(8), 0.5)
+    noise = noise + torch.empty(8).uniform_(-1, 1)
+    return x * 2 + noise.to(x.device)
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_compiled_graph_in_every_rank_seeded_alike_draws_the_same_cpu_numbers(npugraph, mode):
+    """A compiled graph calls aten ops, past the torch functions a rank thread wraps: it draws from
+    the rank's CPU generator all the same, in every backend, as a rank process would."""
+    step = _compiled(_noisy, mode)
+    draw = lambda: step(torch.ones(8, device="npu")).cpu()          # noqa: E731
+    a, b = npugraph.run_ranks(Interleaving(), 5, draw)
+    expected = reference(lambda: torch.cat([draw() for _ in range(5)]))
+    assert torch.equal(a, b) and torch.equal(a, expected)
+    npugraph.assert_clean()
+
+
+@pytest.mark.parametrize("mode", ["ge", "aot_eager"])
+def test_a_compiled_graph_in_a_rank_draws_npu_numbers_from_the_ranks_device_generator(npugraph, mode):
+    """NPU dropout inside the graph: the rank's npu:r generator, seeded by the rank's manual_seed;
+    CPU draws beside it still come from the rank's CPU generator."""
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5) + torch.randn(8).to(x.device)
+    step = _compiled(fn, mode)
+    draw = lambda: step(torch.ones(8, device="npu")).cpu()          # noqa: E731
+    a, b = npugraph.run_ranks(Interleaving(), 4, draw)
+    assert torch.equal(a, b)
+    assert not torch.equal(a[:8], a[8:16])                          # later steps draw further
+
+
+def test_a_rank_whose_compiled_graph_waits_for_the_other_rank_does_not_hold_up_its_draws(npugraph):
+    """The swap is per op, never across a graph: rank 0's graph reads an all_reduce's result (the
+    host waits for rank 1 to issue it) while rank 1 still has numbers to draw."""
+    import torch.distributed as dist
+
+    def fn(x):
+        return x.cpu() + torch.randn(8)
+    step = _compiled(fn, "aot_eager")
+    entered = threading.Event()
+
+    def body(rank):
+        dist.init_process_group("hccl")
+        torch.manual_seed(0)
+        x = torch.full((8,), rank + 1.0, device="npu")
+        if rank == 1:
+            assert entered.wait(30)
+            drawn = torch.randn(8)
+        dist.all_reduce(x)
+        if rank == 0:
+            entered.set()
+            drawn = torch.randn(8)
+        return step(x), drawn
+    (a, drawn_a), (b, drawn_b) = npugraph.run_ranks(body)
+    first, second = reference(lambda: (torch.randn(8), torch.randn(8)))
+    assert torch.equal(drawn_a, first) and torch.equal(drawn_b, first)
+    torch.testing.assert_close(a, 3 + second)
+    torch.testing.assert_close(b, 3 + second)
+    npugraph.assert_clean()

@@ -9,30 +9,7 @@ import torch_npu  # noqa: F401
 
 from pytest_npugraph import trace as T
 
-
-def data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(8, 8, generator=g).npu().requires_grad_()
-    w = torch.randn(8, 8, generator=g).npu().requires_grad_()
-    return x, w
-
-
-def expected_grads(x, w):
-    xc, wc = x.detach().cpu().requires_grad_(), w.detach().cpu().requires_grad_()
-    ((xc @ wc).relu().sum()).backward()
-    return xc.grad, wc.grad
-
-
-def side():
-    s = torch.npu.Stream()
-    s.wait_stream(torch.npu.current_stream())
-    return s
-
-
-def backward_streams(npugraph, op):
-    """Labels of the streams the backward kernels whose op contains ``op`` ran on."""
-    trace = npugraph.trace
-    return {trace.streams[k.stream].label for k in trace.records if isinstance(k, T.Kernel) and op in k.op}
+from .autograd_helpers import backward_streams, data, expected_grads, side
 
 
 # --------------------------------------------------------------- the documented patterns

@@ -40,3 +40,28 @@ def test_a_cast_in_a_stream_scope_compiles_and_computes(default_npu):
     assert z.dtype == torch.float32 and z.device.type == "npu"
     assert torch.equal(z.cpu(), torch.full((4,), 3.0, device="cpu"))
     assert t.device.type == "npu" and t.dtype == torch.float16 and t.cpu().tolist() == [1.0, 2.0]
+
+
+def _scale_by_sizes(x):
+    h = float(x.size(-1))
+    n = int(x.size(0))
+    return x * h + n, torch.tensor(h) + torch.ones(n)
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead", "npugraph_ex"])
+def test_dynamic_sizes_become_python_numbers_under_the_default_device(default_npu, mode):
+    """``float(x.size(-1))`` / ``int(...)`` of a symbolic size in a dynamic-shape graph (issue 25: it crashed
+    with "'NoneType' object has no attribute 'item'" under ``set_default_device("npu")``)."""
+    if mode == "npugraph_ex":
+        backend = "npugraph_ex"
+    else:
+        config = torchair.CompilerConfig()
+        config.mode = mode
+        backend = torchair.get_npu_backend(compiler_config=config)
+    fn = torch.compile(_scale_by_sizes, backend=backend, dynamic=True)
+    for rows, cols in ((2, 3), (4, 5)):
+        x = torch.ones(rows, cols, device="npu")
+        y, t = fn(x)
+        assert y.device.type == "npu" and t.device.type == "npu"       # torch.tensor/ones follow the default
+        assert torch.equal(y.cpu(), torch.full((rows, cols), float(cols + rows), device="cpu"))
+        assert torch.equal(t.cpu(), torch.full((rows,), cols + 1.0, device="cpu"))

@@ -284,3 +284,169 @@ def test_a_graph_whose_run_makes_events_goes_op_by_op(npugraph):
     (graph,) = [g for g in _ge_graphs() if g.record in npugraph.graphs]
     assert graph.plan is None and graph.plan_reason == "recorded run: work on a stream outside the graph (npu:1/default)"
     npugraph.assert_clean()
+
+
+# ---------------------------------------------------------------- allocation schedules
+# After its recorded run, a plan's run applies the allocator's part of the run at once when the free
+# lists are those the recorded run started from (runtime/alloc_schedule.py).  Between calls the user
+# code below changes the allocator's state (or not), so that runs take the schedule, miss it and learn
+# again; the allocator's statistics and segments are compared as well as the values and the trace.
+BETWEEN = ("nothing", "nothing", "keep_outputs", "drop_kept", "alloc_kept", "alloc_dropped", "empty_cache",
+           "record_stream", "synchronize", "low_fraction", "side_stream")
+
+
+@st.composite
+def schedule_programs(draw):
+    ops, outs, _ = draw(programs())
+    between = draw(st.lists(st.sampled_from(BETWEEN), min_size=6, max_size=6))
+    sizes = draw(st.lists(st.integers(1, 300_000), min_size=6, max_size=6))
+    return ops, outs, {"calls": draw(st.integers(3, 6)), "between": between, "sizes": sizes}
+
+
+def run_schedule_program(compiled, user, plans: bool):
+    """The user code around the graph on a fresh machine: (values, trace, hazards, memory per call, graphs)."""
+    CONTEXT.begin(CONTEXT.config, CONTEXT.test_hook)
+    ge_plan.ENABLED = plans
+    try:
+        torch.npu.manual_seed(7)
+        x = torch.arange(16, dtype=torch.float32).view(4, 4).div(16).npu()
+        y = torch.ones(4, 4, device="npu") * 0.25
+        side = torch.npu.Stream()
+        values, kept, held, memory = [], [], [], []
+        last = None
+        for i in range(user["calls"]):
+            action = user["between"][i]
+            if action == "drop_kept":
+                kept.clear()
+            elif action == "alloc_kept":
+                held.append(torch.empty(user["sizes"][i], device="npu"))
+            elif action == "alloc_dropped":
+                torch.empty(user["sizes"][i], device="npu").fill_(1.0)
+            elif action == "empty_cache":
+                torch.npu.empty_cache()
+            elif action == "record_stream" and last is not None:
+                side.wait_stream(torch.npu.current_stream())
+                with torch.npu.stream(side):
+                    values.append(last[0].sum().cpu())
+                last[0].record_stream(side)        # its free waits for the side stream (pending)
+            elif action == "synchronize":
+                torch.npu.synchronize()
+            elif action == "low_fraction":          # no room for another segment
+                allocator = current().devices[0].allocator
+                torch.npu.set_per_process_memory_fraction(allocator.reserved / allocator.capacity)
+            last = None
+            if action == "side_stream":
+                side.wait_stream(torch.npu.current_stream())
+                with torch.npu.stream(side):
+                    outs = compiled(x, y)
+                torch.npu.current_stream().wait_stream(side)
+            else:
+                try:
+                    outs = compiled(x, y)
+                except torch.OutOfMemoryError as error:
+                    values.append(_ADDRESS.sub(_in_region, str(error)))
+                    continue
+            values.extend(o.cpu() for o in outs)
+            if action == "keep_outputs":
+                kept.append(outs)
+            last = outs
+            del outs
+            memory.append((torch.npu.memory_stats(), _snapshot()))
+        last = None
+        kept.clear()
+        held.clear()
+        memory.append((torch.npu.memory_stats(), _snapshot()))
+        torch.npu.synchronize()
+        values.append(x.cpu())
+        rt = current()
+        trace = normalised(rt.trace)
+        hazards = [(h.kind, h.severity, _ADDRESS.sub(_in_region, h.message), tuple(h.where), tuple(h.streams),
+                    tuple(h.ops), h.seqs) for h in analyze(rt.trace)]
+        return values, trace, hazards, memory, list(rt.graphs)
+    finally:
+        ge_plan.ENABLED = True
+        torch.npu.set_per_process_memory_fraction(1.0)
+
+
+def _snapshot() -> list:
+    """The allocator's segments and blocks, addresses as offsets in its region."""
+    def norm(d):
+        return {k: (v % REGION if k == "address" else [norm(b) for b in v] if k == "blocks" else v)
+                for k, v in d.items() if k != "stream"}
+    return [norm(seg) for seg in torch.npu.memory_snapshot()]
+
+
+def test_allocation_schedules_give_the_op_by_op_allocator_state(npugraph):
+    from pytest_npugraph.runtime.planned import FastRun
+
+    base = CONTEXT.config
+    tally = {"programs": 0, "scheduled runs": 0, "with schedule misses": 0}
+    fast_runs = []
+    run = FastRun.run
+
+    def counted(self, *args):
+        result = run(self, *args)
+        fast_runs.append(result is not None)
+        return result
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+              phases=(Phase.explicit, Phase.generate),
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.function_scoped_fixture])
+    @given(schedule_programs())
+    def same(program):
+        ops, outs, user = program
+        note(repr(program))
+        torch._dynamo.reset()
+        compiled = compile_with(graph_fn(ops, outs))
+        old = run_schedule_program(compiled, user, plans=False)
+        del fast_runs[:]
+        new = run_schedule_program(compiled, user, plans=True)
+        assert len(old[0]) == len(new[0])
+        for a, b in zip(old[0], new[0]):
+            assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), (a, b)
+        assert len(old[1]) == len(new[1])
+        for i, (a, b) in enumerate(zip(old[1], new[1])):
+            assert a == b, (i, a, b)
+        assert old[2] == new[2]
+        assert len(old[3]) == len(new[3])
+        for i, ((stats_a, snap_a), (stats_b, snap_b)) in enumerate(zip(old[3], new[3])):
+            assert stats_a == stats_b, (i, {k: (v, stats_b.get(k)) for k, v in stats_a.items() if stats_b.get(k) != v})
+            assert snap_a == snap_b, i
+        tally["programs"] += 1
+        tally["scheduled runs"] += sum(fast_runs)
+        tally["with schedule misses"] += not all(fast_runs)
+
+    FastRun.run = counted
+    try:
+        same()
+    finally:
+        FastRun.run = run
+        CONTEXT.begin(base, CONTEXT.test_hook)
+    # the schedules were taken, and missed, in some programs
+    assert tally["scheduled runs"] >= tally["programs"], tally
+    assert tally["with schedule misses"] >= 1, tally
+
+
+def test_a_plan_computes_the_graphs_constants_once_and_never_hands_them_out(npugraph):
+    def f(x):
+        mask = torch.ones(4, 4, dtype=torch.bool, device=x.device).tril()      # no input: folded
+        positions = torch.arange(4, device=x.device).float()
+        fresh = torch.zeros(4, device=x.device)      # an output: each call's own tensor
+        return x.masked_fill(~mask, -1.0) + positions, fresh, positions.view(2, 2)
+
+    compiled = compile_with(f)
+    x = torch.full((4, 4), 0.5, device="npu")
+    expected = torch.full((4, 4), 0.5).masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -1.0) + \
+        torch.arange(4).float()
+    for _ in range(6):
+        out, fresh, view = compiled(x)
+        assert torch.equal(out.cpu(), expected)
+        assert fresh.cpu().tolist() == [0.0] * 4 and view.cpu().tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        fresh.add_(1)           # the caller changes its outputs in place: the next call is not affected
+        view.mul_(0)
+    (graph,) = [g for g in _ge_graphs() if g.record in npugraph.graphs]
+    # the previous call's outputs are alive during a call: two allocator states alternate, two schedules
+    assert graph.plan is not None and sum(fast.runs for fast in graph.plan.stretch.fast) >= 1
+    assert any(name.startswith("_folded_constant") for name, _ in graph.plan.math.named_buffers())
+    npugraph.assert_clean()

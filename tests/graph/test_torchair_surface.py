@@ -228,6 +228,30 @@ def test_ge_wait_on_tensors_runs_and_orders_the_stream(npugraph):
     assert torch.equal(compiled(x + 1).cpu(), torch.full((3,), 5.0))
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_ge_wait_on_a_tensor_list_orders_later_work_with_no_data_edge(npugraph, wait):
+    """``torchair.ops.wait([a, b])`` in GE mode: the ops after it on the stream start after the listed
+    tensors' producers on other streams, though they read none of them; without it GE may overlap them."""
+    from pytest_npugraph.analysis.happens_before import HappensBefore
+
+    def f(x, y):
+        with torchair.scope.npu_stream_switch("side"):
+            a = x * 2
+            b = x - 1
+        if wait:
+            torchair.ops.wait([a, b])
+        return a, b, y + 1
+
+    compiled = torch.compile(f, backend=torchair.get_npu_backend(), fullgraph=True)
+    a, b, c = compiled(torch.ones(3, device="npu"), torch.ones(3, device="npu"))
+    assert [t.cpu().tolist() for t in (a, b, c)] == [[2.0] * 3, [0.0] * 3, [2.0] * 3]
+    ran = {k.op.split("::")[1].split(".")[0]: k for k in npugraph.trace.records
+           if getattr(k, "op", "").startswith(("aten::mul", "aten::sub", "aten::add"))}
+    hb = HappensBefore(npugraph.trace)
+    assert hb.ordered(ran["mul"].seq, ran["add"].seq) is wait
+    assert hb.ordered(ran["sub"].seq, ran["add"].seq) is wait
+
+
 # ------------------------------------------------------------------------------ graph dump
 def _two_streams(x):
     with torchair.scope.npu_stream_switch("s1"):
@@ -588,7 +612,9 @@ def test_replace_stream_event_pass_is_callable_from_a_custom_backend():
     assert torch.equal(out.cpu(), torch.full((3,), 3.0))
     for name in ("scope_enter", "scope_exit", "tagged_event_record", "tagged_event_wait_on_stream"):
         assert seen.count(name) == 1, (name, seen)
-    assert "set_stream" not in seen and "record_event" not in seen and "wait_event" not in seen
+    # the set_stream that goes back stays, a scope_exit after it (TorchAir's pass rewrites only the push)
+    assert seen.count("set_stream") == 1 and seen[seen.index("set_stream") + 1] == "scope_exit"
+    assert "record_event" not in seen and "wait_event" not in seen
 
 
 def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
@@ -611,4 +637,160 @@ def test_npugraph_ex_replace_stream_event_pass_writes_npugraph_ex_scopes():
         return gm
 
     assert torch.compile(func, backend=backend)(torch.zeros(2, device="npu")).cpu().tolist() == [1, 1]
-    assert targets[0] == "npugraph_ex.scope_enter" and targets[-1] == "npugraph_ex.scope_exit"
+    scoped = [t for t in targets if "scope_" in t]       # the stream nodes stay, as TorchAir leaves them
+    assert scoped == ["npugraph_ex.scope_enter", "npugraph_ex.scope_exit"] and targets[-1] == "npugraph_ex.scope_exit"
+
+
+def test_an_event_stream_record_event_makes_is_tagged_after_the_record_event():
+    """``s.record_event()`` with no event: the event the call makes is registered under the tag
+    ``<graph_id><record_event node>`` (TorchAir's pass names it after the ``record_event`` call, as its
+    smoke test checks), recorded on the side stream with the stream's fields as strings; torch 2.13's
+    Dynamo puts the made event's node after the record, which must not take the tag's name."""
+    from torchair._acl_concrete_graph.replace_stream_event import replace_stream_event_pass
+
+    recorded = []
+
+    def func(t):
+        default_stream = torch.npu.current_stream()
+        s1 = torch.npu.Stream()
+        torch.npu.set_stream(s1)
+        s1.record_event()
+        tmp = torch.add(t, 1)
+        torch.npu.set_stream(default_stream)
+        return torch.add(tmp, 2)
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event_pass(gm)
+        recorded.extend(n.args for n in gm.graph.nodes
+                        if getattr(n.target, "__name__", "") == "tagged_event_record_on_stream")
+        return gm
+
+    out = torch.compile(func, backend=backend, fullgraph=True)(torch.zeros(3, device="npu"))
+    assert out.cpu().tolist() == [3.0] * 3
+    assert len(recorded) == 1
+    tag, stream_id, index, kind, inside = recorded[0]
+    assert tag.startswith("graph_") and tag.endswith("_record_event"), tag
+    assert all(isinstance(v, str) for v in (stream_id, index, kind)) and index == "0" and inside is True
+
+
+def test_set_stream_back_down_a_chain_keeps_the_call_and_exits_after_it_as_torchair():
+    """Switching back to a stream lower on the stack (here two levels) leaves the ``set_stream`` node in
+    place with one ``scope_exit`` per popped stream right after it, the last one made first, as
+    TorchAir's pass inserts them; the stream nodes stay.  TorchAir's smoke
+    test_stream_event_replace_with_set_stream reads these names and their order (its back-switch takes
+    ``torch.npu.current_stream()`` read on s1, which torch 2.13's Dynamo resolves to the entry stream, as
+    it tracks only ``with stream`` blocks; here the back-switch names s1)."""
+    from torchair._acl_concrete_graph.replace_stream_event import replace_stream_event_pass
+
+    graphs = []
+
+    def func(t):
+        default_stream = torch.npu.current_stream()
+        s1, s2, s3 = torch.npu.Stream(), torch.npu.Stream(), torch.npu.Stream()
+        tmp = torch.add(t, 0)
+        torch.npu.set_stream(s1)
+        tmp = torch.add(tmp, 1)
+        torch.npu.set_stream(s2)
+        tmp = torch.add(tmp, 2)
+        torch.npu.set_stream(s3)
+        tmp = torch.add(tmp, 3)
+        torch.npu.set_stream(s1)
+        r = torch.add(tmp, 4)
+        torch.npu.set_stream(default_stream)
+        return r
+
+    def backend(gm, example_inputs):
+        gm = replace_stream_event_pass(gm)
+        graphs.append([(n.name, getattr(n.target, "__name__", str(n.target))) for n in gm.graph.nodes])
+        return gm
+
+    out = torch.compile(func, backend=backend, fullgraph=True, dynamic=False)(torch.zeros(3, device="npu"))
+    assert out.cpu().tolist() == [10.0] * 3
+    (nodes,) = graphs
+    targets = [t for _, t in nodes]
+    assert targets.count("scope_enter") == targets.count("scope_exit") == 3
+    back = targets.index("set_stream")
+    assert nodes[back][0] == "set_stream_3"           # set_stream(s1): pops s3 and s2
+    assert nodes[back + 1] == ("scope_exit_1", "scope_exit") and nodes[back + 2] == ("scope_exit", "scope_exit")
+    assert nodes[-2] == ("scope_exit_2", "scope_exit")                  # set_stream(default_stream) pops s1
+    assert nodes[-3][1] == "set_stream"
+
+
+@pytest.mark.parametrize("package", ["torchair", "npugraph_ex"])
+def test_static_kernel_and_cat_optimization_import_and_say_they_are_not_emulated(package):
+    """``<package>._acl_concrete_graph.static_kernel`` / ``cat_optimization`` (torch_npu 2.14 ships both;
+    npugraph_ex's smoke tests import ``static_compile`` at their top and save/restore the cat pass in
+    setUp): the modules import and are attributes of the package; calling their entry points says what
+    the emulator does not do."""
+    import importlib
+
+    from pytest_npugraph.errors import NotEmulated
+
+    acl = importlib.import_module(f"{package}._acl_concrete_graph")
+    from_import = importlib.import_module(f"{package}._acl_concrete_graph.static_kernel").static_compile
+    assert acl.static_kernel.static_compile is from_import
+    with pytest.raises(NotEmulated, match="does not emulate CANN's static kernel compilation"):
+        acl.static_kernel.static_compile("dir", "chosen")
+    with pytest.raises(NotEmulated, match="does not apply TorchAir's remove_cat_ops pass"):
+        acl.cat_optimization.optimize_cat_with_out_tensor(None)
+
+
+@pytest.mark.parametrize("package", ["torchair", "npugraph_ex"])
+def test_acl_concrete_graph_is_the_class_of_compiled_aclgraph_graphs(monkeypatch, package):
+    """``<package>._acl_concrete_graph.fx2acl_converter.AclConcreteGraph`` (npugraph_ex's smoke tests save
+    and wrap its ``__call__`` in setUp): every run of a compiled npugraph_ex graph goes through it."""
+    import importlib
+
+    cls = importlib.import_module(f"{package}._acl_concrete_graph.fx2acl_converter").AclConcreteGraph
+    runs = []
+    original = cls.__call__
+
+    def counted(self, *args):
+        runs.append(self.name)
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, "__call__", counted)
+    compiled = torch.compile(lambda x: x * 3, backend="npugraph_ex")
+    for _ in range(2):
+        assert compiled(torch.ones(2, device="npu")).cpu().tolist() == [3.0, 3.0]
+    assert runs == ["graph_1", "graph_1"]
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_npugraph_ex_force_recapture_captures_every_run_and_counts_it(force):
+    """npugraph_ex's ``force_recapture`` option: each run after the first recaptures the graph ("needs to
+    be recaptured", counted in the capture-count line TorchAir logs after each capture); without it the
+    second run replays.  The option was accepted and ignored."""
+    from npugraph_ex.core.utils import logger as log
+
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler, level = Lines(logging.DEBUG), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        model = torch.nn.Linear(4, 4).npu()
+        compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=False,
+                                 options={"force_recapture": force})
+        x = torch.randn(2, 4, device="npu")
+        first = compiled(x).cpu()
+        first_lines, lines[:] = list(lines), []
+        second = compiled(x).cpu()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    expected = model(x).detach().cpu()
+    assert torch.allclose(first, expected) and torch.allclose(second, expected)
+    assert any("No find captured AclGraph" in line for line in first_lines)
+    assert any(line.startswith("For graph graph_1 : the count of captures is 1") and
+               line.endswith("and count of recaptures caused by force_recapture is 0") for line in first_lines)
+    if force:
+        assert any("The current AclGraph needs to be recaptured" in line for line in lines)
+        assert any(line.endswith("count of recaptures caused by force_recapture is 1") for line in lines)
+    else:
+        assert any("The current AclGraph no needs to be recaptured" in line for line in lines)
+        assert not any("count of captures" in line for line in lines)

@@ -42,6 +42,8 @@ EXAMPLES = {
     "npu_rms_norm": lambda: ((torch.randn(2, 8), torch.ones(8)), {"epsilon": 1e-5}),
     "npu_rms_norm_backward": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.rand(8), torch.rand(2, 1)), {}),
     "npu_add_rms_norm": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.ones(8)), {}),
+    "npu_add_rms_norm_cast": lambda: ((torch.randn(2, 8, dtype=torch.float16), torch.randn(2, 8, dtype=torch.float16),
+                                       torch.ones(8, dtype=torch.float16)), {}),
     "npu_add_rms_norm_v2": lambda: ((torch.randn(2, 8), torch.randn(2, 8), torch.rand(8)), {"epsilon": 1e-5}),
     "npu_add_rms_norm_v2_functional": lambda: ((torch.randn(2, 3, 8), torch.randn(2, 3, 8), torch.rand(3, 8)), {}),
     "npu_rotary_mul": lambda: ((torch.randn(1, 2, 3, 8), torch.rand(1, 1, 3, 8), torch.rand(1, 1, 3, 8)),

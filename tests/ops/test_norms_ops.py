@@ -202,3 +202,17 @@ def test_npu_rms_norm_is_differentiable_on_the_device(npugraph):
     _rms_norm_reference(ref_x, ref_gamma, 1e-6).backward(dy)
     torch.testing.assert_close(x.grad.cpu(), ref_x.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gamma.grad.cpu(), ref_gamma.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_npu_add_rms_norm_cast_widens_the_half_precision_result():
+    """aclnnAddRmsNormCast: y1 = float(y2), y2 = npu_add_rms_norm's y (the fused kernel TorchAir's pattern
+    fusion puts in place of npu_add_rms_norm followed by a cast to float32); half-precision inputs only."""
+    x1, x2 = torch.randn(2, 3, 8, dtype=torch.float16).npu(), torch.randn(2, 3, 8, dtype=torch.float16).npu()
+    gamma = torch.rand(8, dtype=torch.float16).npu()
+    y_cast, y, rstd, total = torch_npu.npu_add_rms_norm_cast(x1, x2, gamma, 1e-5)
+    ref_y, ref_rstd, ref_total = torch_npu.npu_add_rms_norm(x1, x2, gamma, 1e-5)
+    assert y_cast.dtype == torch.float32 and torch.equal(y_cast.cpu(), ref_y.cpu().float())
+    assert torch.equal(y.cpu(), ref_y.cpu()) and torch.equal(rstd.cpu(), ref_rstd.cpu())
+    assert torch.equal(total.cpu(), ref_total.cpu())
+    with pytest.raises(RuntimeError, match="x1 must be float16 or bfloat16"):
+        torch_npu.npu_add_rms_norm_cast(x1.float(), x2.float(), gamma.float())

@@ -417,3 +417,56 @@ def test_mutable_custom_op_base_used_on_another_stream_is_cloned(npugraph):
         s, a = run(SideScale())
     assert s.cpu().tolist() == [[8.0] * 4] * 4 and a.cpu().tolist() == [[6.0] * 4] * 4
     assert verdicts(npugraph) == ["vetoed"] and clones(npugraph)
+
+
+@pytest.mark.parametrize("protected", [True, False])
+def test_npugraph_ex_logs_each_reinplace_stream_check_as_npugraph_ex(npugraph, protected):
+    """The npugraph_ex backend logs its stream check of a reinplace candidate on the ``npugraph_ex``
+    logger, "success" when the users on other streams are ordered by events, "failed" otherwise, with
+    npugraph_ex's wording (its smoke stream tests read these lines)."""
+    import logging
+
+    def f(x):
+        a = x * 2
+        stream, event = torch.npu.Stream(), torch.npu.Event()
+        stream.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(stream):
+            s = a * 3                      # reads a on the side stream
+            event.record()
+        if protected:
+            event.wait()
+        b = a.add(1)                       # a reinplace candidate: add -> add_ on a
+        return s, b
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.lines = []
+
+        def emit(self, record):
+            if "check stream safety" in record.getMessage():
+                self.lines.append(record.getMessage())
+
+    compiled = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    from npugraph_ex.core.utils import logger as log          # npugraph_ex's logger, as its users raise it
+
+    seen = Lines()
+    level = log.level
+    log.addHandler(seen)
+    log.setLevel(logging.DEBUG)
+    try:
+        s, b = compiled(torch.ones(3, device="npu"))
+    finally:
+        log.removeHandler(seen)
+        log.setLevel(level)
+    torch.npu.synchronize()
+    assert s.cpu().tolist() == [6.0] * 3 and b.cpu().tolist() == [3.0] * 3
+    lines = seen.lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("[multi_stream_single_reinplace]Current node: add")
+    if protected:
+        assert ("check stream safety success for reinplace. Between the potential inplace node and user nodes, there "
+                "is either no cross-stream dependency, or any cross-stream dependency is protected by events.") in lines[0]
+    else:
+        assert ("check stream safety failed for reinplace. Between the potential inplace node and user nodes, a "
+                "cross-stream dependency exists without event protection.") in lines[0]

@@ -253,12 +253,29 @@ class AclConcreteGraph:
             return "fallback_to_eager"
         old = self.metas.get(key)
         self._capture(rt, key, args)
+        self._log_capture_counts()
         if recapture:
             self.record.recaptures += 1
             old.graph.reset()
         return key
 
+    def _log_capture_counts(self) -> None:
+        """TorchAir's DEBUG line after each capture: captures and recaptures by cause (npugraph_ex's also
+        counts those force_recapture made)."""
+        count = counters["npugraph_ex"]
+        line = (f"For graph {self.name} : the count of captures is {count['captured_' + self.name]}, and count of "
+                f"recaptures caused by mutated inputs changed is "
+                f"{count['recapture_due_to_mutated_input_change_' + self.name]}, and count of recaptures caused by "
+                f"global limit changed is {count['recapture_due_to_global_limit_core_change_' + self.name]}")
+        if self.settings.backend == "npugraph_ex":
+            line += (f", and count of recaptures caused by force_recapture is "
+                     f"{count['recapture_due_to_force_recapture_' + self.name]}")
+        self.log.debug(line)
+
     def _needs_recapture(self, key, args) -> bool:
+        if self.settings.force_recapture:        # npugraph_ex's option: every run captures anew
+            counters["npugraph_ex"]["recapture_due_to_force_recapture_" + self.name] += 1
+            return True
         meta = self.metas[key]
         for i, ptr in meta.mutated_ptrs.items():
             if args[i].data_ptr() != ptr:
@@ -280,7 +297,8 @@ class AclConcreteGraph:
         warnings.warn(msg)
         self.fallback = True
         torch.npu.synchronize()
-        for name in ("captured_", "recapture_due_to_mutated_input_change_", "recapture_due_to_global_limit_core_change_"):
+        for name in ("captured_", "recapture_due_to_mutated_input_change_", "recapture_due_to_global_limit_core_change_",
+                     "recapture_due_to_force_recapture_"):
             counters["npugraph_ex"].pop(name + self.name, None)
         for meta in self.metas.values():
             meta.graph.reset()

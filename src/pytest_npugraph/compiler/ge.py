@@ -28,7 +28,8 @@ from ..runtime import profiles
 from ..runtime.runtime import current
 from ..trace import GRAPH_STREAM_BASE
 from ..runtime.callsite import first_user
-from . import data_dump, emit, export, fxgraph, ge_plan
+from ..runtime.planned import Stretch
+from . import data_dump, emit, export, fxgraph, ge_options, ge_plan
 from ..graph_record import GraphOp, GraphRecord
 from .runner import Runner, device_of, on_device, record_node, wait_node
 
@@ -96,6 +97,7 @@ class GeGraph:
         self.plan_reason = ge_plan.unplannable_reason(self)    # why runs go op by op ('' while a plan may come)
         self._payload_modules: dict = {}       # device -> (payload module or None, why not)
         self._plan_tries = 0
+        self._loaded = False                   # TorchAir loads (and logs its options) at the first run
 
     # ---------------------------------------------------------------- compile time
     def _lanes(self, gm) -> dict:
@@ -154,6 +156,9 @@ class GeGraph:
     def __call__(self, *args):
         if self.export is not None:             # dynamo_export: write the export, do not run
             export.export(self.gm, self.name, self.lane, args, self.settings)
+        if not self._loaded:
+            self._loaded = True
+            ge_options.log_compile_options(self.gm, self.settings, args)
         rt = current()
         device = device_of(args, rt)
         if self._generation != (rt.generation, device):
@@ -183,6 +188,7 @@ class GeGraph:
             return self._runner.run(*args)
         caller = first_user(sys._getframe(2))
         start = len(rt.trace.log)
+        watch = Stretch.watch_recording(rt, device)
         runner = self._runner
         runner.windows = []
         try:
@@ -192,7 +198,7 @@ class GeGraph:
         self._plan_tries += 1
         try:
             self.plan = ge_plan.GePlan.build(self, math, rt, device, args, blocks, key, start, len(rt.trace.log),
-                                             launch, windows, caller, outputs)
+                                             launch, windows, caller, outputs, watch)
         except ge_plan.Unplannable as error:
             if self._plan_tries >= 2:
                 self.plan_reason = f"recorded run: {error}"

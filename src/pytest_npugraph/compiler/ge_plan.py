@@ -4,7 +4,8 @@ A GE graph is static (reference torchair_api.md §1.3: GE compiles a fixed graph
 events and memory), so every run issues the same tasks, events and allocations.  The first run of
 a graph in a test goes op by op through the NPU tensors (``ge._GeRunner``) and is recorded
 (``runtime.planned.Stretch``); later runs execute ``payload_module`` (the FX graph over plain CPU
-tensors, at the cost of ``aot_eager``) and append the recorded work with fresh memory.  Values,
+tensors, at the cost of ``aot_eager``; its constant-only nodes computed once) and append the recorded
+work with fresh memory (``planned.FastRun``: the allocator's part of a run applied at once).  Values,
 trace records (kinds, streams, order, sites) and so every hazard and report are those of an
 op-by-op run; tests/graph/test_ge_plan.py checks that on random graphs.
 
@@ -154,14 +155,76 @@ def payload_module(gm, device: int):
         new.args, new.kwargs = map_aggregate(new.args, _cpu), map_aggregate(new.kwargs, _cpu)
         if generators.seeded(target):
             new.target = _drawing(target, device)
-        elif plan.special is mixed_precision.promoted_product:
+        elif plan.special is mixed_precision.promoted_product and _mixed(node):
             new.target = _promoting(target)
         elif any(isinstance(v, torch.Tensor) and (v.dtype in _LOW_PRECISION or (
                  not v.is_floating_point() and plan.name in cpu_gaps.INTEGER_OPS))
                  for a in node.all_input_nodes for v in _values(a)):
             new.target = _widening(target)
+    _fold_constants(graph, root)
     graph.lint()
     return torch.fx.GraphModule(root, graph), None
+
+
+def _fold_constants(graph, root) -> None:
+    """Compute once the nodes that depend on nothing but the graph's lifted constants (a causal mask
+    made with ``ones``/``tril``/``where``, positions from ``arange``, host constants copied in): the same
+    kernels on the same values give the same bits every run.  Not folded: random or mutating ops, and
+    values that would reach the graph's outputs (by themselves or through views), which a caller may
+    change in place."""
+    values: dict = {}
+    for node in graph.nodes:
+        if node.op == "get_attr" and node.target.startswith("_tensor_constant"):
+            values[node] = getattr(root, node.target)
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                _pure(node.target) and all(a in values for a in node.all_input_nodes):
+            args = torch.fx.node.map_arg(node.args, values.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
+            with torch.no_grad():
+                value = node.target(*args, **kwargs)
+            if isinstance(value, torch.Tensor):
+                values[node] = value
+    folded = [n for n in values if n.op == "call_function" and not _reaches_output(n)
+              and any(u not in values for u in n.users)]
+    for i, node in enumerate(folded):
+        name = f"_folded_constant{i}"
+        root.register_buffer(name, values[node])
+        with graph.inserting_before(node):
+            const = graph.get_attr(name)
+        node.replace_all_uses_with(const)
+    graph.eliminate_dead_code()
+
+
+def _pure(op) -> bool:
+    """An op whose result depends on its arguments only and which changes none of them."""
+    schema = op._schema
+    return (torch.Tag.nondeterministic_seeded not in op.tags and not generators.seeded(op)
+            and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+            and len(schema.returns) == 1)
+
+
+def _reaches_output(node) -> bool:
+    """Whether ``node``'s value, or a view of it, is an output of the graph."""
+    for user in node.users:
+        if user.op == "output":
+            return True
+        target = user.target
+        if isinstance(target, torch._ops.OpOverload) and any(
+                r.alias_info is not None for r in target._schema.returns) and _reaches_output(user):
+            return True
+    return False
+
+
+def _mixed(node) -> bool:
+    """Whether ``node``'s tensor operands may differ in floating dtype (their recorded dtypes, or unknown):
+    else ``mixed_precision.promoted_product`` casts nothing and the op runs as it is."""
+    dtypes = set()
+    for a in node.all_input_nodes:
+        for v in _values(a):
+            if not isinstance(v, torch.Tensor):
+                return True
+            dtypes.add(v.dtype)
+    return len(dtypes) > 1
 
 
 def _host_read_if(handler) -> bool:
@@ -220,8 +283,10 @@ class GePlan:
         return all(s.capture is None and not ex.queues.get(s.sid) for s in streams)
 
     @classmethod
-    def build(cls, graph, math, rt, device, args, blocks, key, start, end, launch, windows, caller, outputs):
-        """The plan of the run recorded in ``rt.trace.log[start:end]`` (raises ``Unplannable``)."""
+    def build(cls, graph, math, rt, device, args, blocks, key, start, end, launch, windows, caller, outputs,
+              watch=None):
+        """The plan of the run recorded in ``rt.trace.log[start:end]`` (raises ``Unplannable``); ``watch``:
+        the allocator watched since ``start`` (``Stretch.watch_recording``)."""
         g = graph
         if not isinstance(outputs, (list, tuple)):
             raise Unplannable("the graph's output is not a list")
@@ -235,7 +300,8 @@ class GePlan:
                 if isinstance(value, NpuTensor) and value._block is not None:
                     fixed.append(value._block)
         stretch = Stretch.record(rt, start, end, streams={s.sid: s for s in g.streams.values()}, launch=launch,
-                                 events=events, inputs=blocks, fixed=fixed, windows=windows, caller=caller)
+                                 events=events, inputs=blocks, fixed=fixed, windows=windows, caller=caller,
+                                 watch=watch)
         held = {out._block.bid for out in outputs if isinstance(out, NpuTensor) and out._block is not None}
         if any(base not in {stretch.bases.get(bid) for bid in held} for base in stretch.live):
             raise Unplannable("a block the graph allocated outlives the run outside its outputs")

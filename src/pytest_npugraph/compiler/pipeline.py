@@ -1,6 +1,6 @@
 """From the Dynamo graph to a mode's runnable graph, in TorchAir's order (reference §4.1):
 AOTAutograd (input mutations kept in the graph as ``copy_`` epilogues), mutated-input detection, the
-common FX passes (custom pre pass, no-op removal, view -> reshape, custom post pass), the scope
+common FX passes (custom pre pass, no-op removal, pattern fusion, view -> reshape, custom post pass), the scope
 pairing check, then GE mode or reduce-overhead."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.utils._mode_utils import no_dispatch
 
-from . import data_dump, fxgraph, graph_dump, noop_ops, stream_events
+from . import data_dump, fusion, fxgraph, graph_dump, noop_ops, stream_events
 from ..runtime import graph_names
 from ..runtime.runtime import current
 from .aclgraph import AclConcreteGraph
@@ -41,6 +41,8 @@ def optimize_fx(gm, settings, example_inputs):
         pre(gm, example_inputs, settings.config)
     if settings.remove_noop_ops:
         noop_ops.remove_noop_ops(gm.graph)
+    if settings.pattern_fusion:
+        fusion.apply(gm)
     for node in gm.graph.nodes:
         if node.target == torch.ops.aten.view.default:
             node.target = torch.ops.aten.reshape.default

@@ -36,6 +36,7 @@ Not modelled: ``{view}_scatter`` folding.
 """
 from __future__ import annotations
 
+import logging
 import operator
 from typing import Optional
 
@@ -256,11 +257,20 @@ def apply(gm, settings, graph_name: str) -> list:
     graph = _Graph(gm)
     verdicts, rewrites = [], []
 
-    def verdict_of(node, name, op, inplace_op, switch, users_per_base) -> bool:
+    def checked(node, users_per_base, bases, kind) -> bool:
+        for users, base in zip(users_per_base, bases):
+            safe = check(node, users)
+            if settings.backend == "npugraph_ex":
+                _log_stream_check(node, users, base, kind, safe)
+            if not safe:
+                return False
+        return True
+
+    def verdict_of(node, name, op, inplace_op, switch, users_per_base, bases, kind) -> bool:
         users = list(dict.fromkeys(u for users in users_per_base for u in users))
         if disabled[switch]:
             verdict = "disabled"
-        elif all(check(node, users) for users in users_per_base):
+        elif checked(node, users_per_base, bases, kind):
             verdict = "applied"
         else:
             verdict = "vetoed"
@@ -281,7 +291,8 @@ def apply(gm, settings, graph_name: str) -> list:
             continue
         switch, inplace, bases, results, copies = found
         users = [_users(b, r if r is not node else None) for b, r in zip(bases, results)]
-        if verdict_of(node, node.name, node.target.name(), inplace.name(), switch, users):
+        kind = "multi_stream_single_reinplace" if len(bases) == 1 else "multi_stream_multi_reinplace"
+        if verdict_of(node, node.name, node.target.name(), inplace.name(), switch, users, bases, kind):
             rewrites.append((node, inplace, bases, results, copies))
     for node, inplace, bases, results, copies in rewrites:
         _rewrite(gm, node, inplace, bases, results, copies)
@@ -291,6 +302,22 @@ def apply(gm, settings, graph_name: str) -> list:
         decompose_auto_functionalized(gm.graph)   # TorchAir: right after the input-mutated pass
     gm.graph.lint()
     return verdicts
+
+
+def _log_stream_check(node, users, base, kind: str, safe: bool) -> None:
+    """npugraph_ex's DEBUG line for each stream check of a reinplace candidate (its tests read them)."""
+    arg = f"{base.name}(storage={_storage(base)})" if isinstance(base, torch.fx.Node) else f"{base!r}(storage=None)"
+    log = logging.getLogger("npugraph_ex")     # looked up now: the npugraph_ex shim installs its own logger
+    if safe:
+        log.debug("[%s]Current node: %s, type: %s, potential mutated arg: %s check stream safety success for "
+                      "reinplace. Between the potential inplace node and user nodes, there is either no cross-stream "
+                      "dependency, or any cross-stream dependency is protected by events. All the users are %s.",
+                      kind, node.name, node.target, arg, users)
+    else:
+        log.debug("[%s]Current node: %s, type: %s, potential mutated arg: %s check stream safety failed for "
+                      "reinplace. Between the potential inplace node and user nodes, a cross-stream dependency "
+                      "exists without event protection. All the users are %s.", kind, node.name, node.target, arg,
+                      users)
 
 
 def _auto_functionalized() -> tuple:
@@ -317,7 +344,8 @@ def _auto_functionalized_bases(graph: _Graph, node, verdict_of) -> None:
             clone.append(key)
             continue
         name = f"{node.name}[{base.name}]"
-        if verdict_of(node, name, f"{node.target.__name__}({op.name()})", op.name(), INPUT_MUTATED, [_users(base)]):
+        if verdict_of(node, name, f"{node.target.__name__}({op.name()})", op.name(), INPUT_MUTATED, [_users(base)],
+                      [base], "multi_stream_auto_functionalize"):
             done.add(storage)
         else:
             clone.append(key)

@@ -22,6 +22,7 @@ class Settings:
     pre_pass: Optional[Callable] = None
     post_pass: Optional[Callable] = None
     remove_noop_ops: bool = True
+    pattern_fusion: bool = True                # experimental_config.pattern_fusion_pass (fusion.py)
     keep_inference_input_mutations: bool = False
     config: Any = field(default=None, compare=False, repr=False)   # handed to the custom passes, read-only
     graph_dump: Optional[Callable[[str], str]] = None            # stem -> path, None: no dump
@@ -57,6 +58,7 @@ class Settings:
     capture_error_mode: str = "global"
     # GE
     aicore_num: Optional[str] = None
+    ge_options: tuple = field(default=((), ()), compare=False)   # the config's (local, global) GE options
 
     @property
     def aclgraph(self) -> bool:
@@ -99,7 +101,7 @@ def _from_torchair(config, cann_ge_9: bool) -> Settings:
     return Settings(
         mode=_raw(config.mode), backend="torchair",
         pre_pass=_raw(config.post_grad_custom_pre_pass), post_pass=_raw(config.post_grad_custom_post_pass),
-        remove_noop_ops=_flag(experimental.remove_noop_ops),
+        remove_noop_ops=_flag(experimental.remove_noop_ops), pattern_fusion=_flag(experimental.pattern_fusion_pass),
         keep_inference_input_mutations=_flag(experimental.keep_inference_input_mutations),
         config=config, graph_dump=dump, graph_dump_type=dump_type, run_eagerly=_flag(debug.run_eagerly),
         custom_pool=pool,
@@ -117,7 +119,13 @@ def _from_torchair(config, cann_ge_9: bool) -> Settings:
         data_dump_path=_raw(config.dump_config.dump_path) if _flag(config.dump_config.enable_dump) else None,
         data_dump_stage=_raw(config.dump_config.data_dump_stage), dump_mode=_raw(config.dump_config.dump_mode),
         dump_step=_raw(config.dump_config.dump_step), dump_layer=_raw(config.dump_config.dump_layer),
-        export=_export(config.export))
+        export=_export(config.export), ge_options=_ge_options(config))
+
+
+def _ge_options(config) -> tuple:
+    """The config's GE options as (local items, global items), read once (ge_options.py logs them)."""
+    local, glob = config.as_dict()
+    return tuple(local.items()), tuple(glob.items())
 
 
 def _export(export) -> Optional[tuple]:
@@ -131,7 +139,8 @@ def _from_npugraph_ex(config, backend: str, cann_ge_9: bool) -> Settings:
     return Settings(
         mode="npugraph_ex", backend=backend,
         pre_pass=_raw(config.post_grad_custom_pre_pass), post_pass=_raw(config.post_grad_custom_post_pass),
-        remove_noop_ops=_flag(config.remove_noop_ops), keep_inference_input_mutations=True,
+        remove_noop_ops=_flag(config.remove_noop_ops), pattern_fusion=_flag(config.pattern_fusion_pass),
+        keep_inference_input_mutations=True,
         config=config, run_eagerly=_flag(config.force_eager),
         custom_pool=pool, reuse_pool_in_fx=pool is None and _flag(config.reuse_graph_pool_in_same_fx),
         clone_input=_flag(config.clone_input), clone_output=_flag(config.clone_output),

@@ -5,7 +5,9 @@ the Dynamo graph before AOTAutograd in the aclgraph modes, and ``resolve_default
 What Dynamo (with torch_npu's patch) leaves in the graph, and what it becomes:
 
 * an event object (made outside or inside the region; ``get_external_object_by_index``): a TorchAir
-  event registered under the tag ``<graph_id><node name>`` (the user's object itself is not used);
+  event registered under the tag ``<graph_id><node name>`` (the user's object itself is not used); an
+  event ``stream.record_event()`` makes is tagged ``<graph_id><record_event node name>`` (Dynamo puts
+  its object's node after the record; TorchAir names it after the call);
 * ``event.record()`` / ``stream.record_event(event)`` (``streams.record_event``):
   ``npugraph_ex.tagged_event_record(tag, True)`` on the graph's stream, else
   ``tagged_event_record_on_stream(tag, id, index, type, True)``; ``event.wait()`` /
@@ -114,12 +116,19 @@ def replace_stream_event_pass(gm, scope_namespace: str, graph_id: str, created_t
     def stream_at(index):
         return _stream_of_index(index) if index is not None else None
 
+    record_ops = (streams_ops.record_event.default, streams_ops.record_event)
     for node in graph.nodes:     # every event first: Dynamo puts a made event after its record_event
         value = _external(node)
-        if value is not None and _is_event_object(value) and node.args[0] not in event_tags:
-            event_tags[node.args[0]] = graph_id + node.name
-            events.create_internal_event(event_tags[node.args[0]])
-            created_tags.append(event_tags[node.args[0]])
+        if value is not None and _is_event_object(value):
+            tag = graph_id + node.name
+        elif node.op == "call_function" and node.target in record_ops:
+            tag = graph_id + node.name             # s.record_event() made it: named after the call, as TorchAir
+        else:
+            continue
+        if node.args[0] not in event_tags:
+            event_tags[node.args[0]] = tag
+            events.create_internal_event(tag)
+            created_tags.append(tag)
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
@@ -184,25 +193,19 @@ def replace_stream_event_pass(gm, scope_namespace: str, graph_id: str, created_t
         log.error("there is some stream not pop from stack: %s", stack)
         raise RuntimeError(_END_ERROR)
     if changed:
-        for node in reversed(list(graph.nodes)):
-            if node.op == "call_function" and not node.users and (
-                    node.target is inputs.get_external_object_by_index or node.target is torch.npu.current_stream):
-                graph.erase_node(node)
         graph.lint()
         gm.recompile()
     return gm
 
 
 def _pop_to(graph, node, stack, done, scopes) -> None:
-    """``set_stream`` back to a stream lower on the stack: a ``scope_exit`` per popped stream."""
-    exits = 0
+    """``set_stream`` back to a stream lower on the stack: a ``scope_exit`` per popped stream, each put
+    right after the ``set_stream`` node, which stays (as TorchAir leaves it: the graph's nodes, their
+    names and positions are what its tests read)."""
     while not done():
         stack.pop()
-        exits += 1
-    with graph.inserting_after(node):
-        for _ in range(exits):
-            graph.call_function(scopes.scope_exit.default, args=())
-    graph.erase_node(node)
+        with graph.inserting_after(node):     # named as TorchAir's (it writes the op packet): scope_exit, _1, ...
+            graph.create_node("call_function", scopes.scope_exit.default, args=(), name="scope_exit")
 
 
 _MARKER_TARGETS = ("tagged_event_record_on_stream", "tagged_event_wait_on_stream", "tagged_stream_wait_stream",

@@ -192,6 +192,7 @@ class Stats:
         self.oversize_segments = _Stat()
         self.max_split_size = -1    # no max_split_size_mb configured
         self._plan = None           # ``_by_code``, made when a short log is first applied (few tests read stats)
+        self.folds = 0              # times the log was applied (alloc_schedule.py: a run it watched must not span one)
 
     @property
     def _values(self) -> dict:
@@ -225,6 +226,7 @@ class Stats:
         """Apply the log.  The allocator may append to it meanwhile from another thread (``run_ranks``):
         the entries applied are taken as a copy and cut off the front, never the live array exported."""
         with self._folding:
+            self.folds += 1
             n = len(self.log)
             log = self.log[:n]
             del self.log[:n]

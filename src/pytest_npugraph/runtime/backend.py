@@ -113,9 +113,10 @@ def register_with_aot_autograd() -> None:
     """A compiled backward takes NPU tensors as plain tensors (``compiled_backward``): called when
     ``torch._dynamo`` is first imported (and again when Dynamo first traces an NPU tensor, if
     AOTAutograd was still loading then), before any backward is compiled."""
-    from . import compiled_backward
+    from . import aot_stream_estimate, compiled_backward
 
     compiled_backward.install()
+    aot_stream_estimate.install()         # a stream scope in a trained graph asks the NPU's bandwidth
 
 
 # ------------------------------------------------------------------- kernels

@@ -29,6 +29,7 @@ DEFAULT_SEED = 67280421310721     # c10::detail::default_rng_seed_val, every dev
 _lock = threading.RLock()         # one swap of the CPU default generator at a time (rank threads)
 _seeded: dict = {}                # OpOverload -> whether it draws random numbers
 _rank = threading.local()         # .npu: a run_ranks rank thread's own device generators (rank_rng.py)
+_swaps = threading.local()        # .open: how many swaps this thread has open (drawing, drawing_from_state)
 
 
 class NpuGenerator(torch._C.Generator):
@@ -84,7 +85,7 @@ def drawing(generator):
     """The CPU default generator holds ``generator``'s state for the block, which then goes back to
     ``generator`` (advanced by what the block drew); the CPU's own state is restored."""
     cpu = torch.default_generator
-    with _lock:
+    with _lock, _open():
         saved = cpu.get_state()
         cpu.set_state(generator.get_state())
         try:
@@ -92,6 +93,21 @@ def drawing(generator):
         finally:
             generator.set_state(cpu.get_state())
             cpu.set_state(saved)
+
+
+def swapped() -> bool:
+    """Whether this thread has a swap open: the CPU default generator holds the state the block's
+    draws must come from (a rank's, a device's), which a second swap must not replace."""
+    return getattr(_swaps, "open", 0) > 0
+
+
+@contextlib.contextmanager
+def _open():
+    _swaps.open = getattr(_swaps, "open", 0) + 1
+    try:
+        yield
+    finally:
+        _swaps.open -= 1
 
 
 def drawing_on(rt, index: int):
@@ -104,7 +120,7 @@ def drawing_from_state(state: torch.Tensor):
     """The CPU default generator holds ``state`` for the block (a deferred op's values drawn from
     the state its issue saw; nothing is advanced)."""
     cpu = torch.default_generator
-    with _lock:
+    with _lock, _open():
         saved = cpu.get_state()
         cpu.set_state(state)
         try:

@@ -20,9 +20,15 @@ they are torch's functions unchanged.  A rank thread's NPU generators are its ow
 (``generators.default_generator``): ``torch.manual_seed`` in rank 1 (which seeds every NPU, as
 torch_npu's does) no longer resets the generator rank 0 is drawing from on npu:0.
 
-Limits: a draw made by torch's C++ from a path that passes none of these entry points (a random
-op inside a compiled graph, ``torch.default_generator`` used directly) still reads the shared
-generator.
+Compiled graphs (every backend: TorchAir's GE, reduce-overhead, npugraph_ex, aot_eager, eager)
+call aten ops, not these entry points.  A graph Dynamo compiles that draws (a random torch function
+or method, a seeded aten op) runs, in a rank thread, under a dispatch mode (``_RankDraws``) that
+gives each CPU op that draws from the default generator the rank's state, one op at a time; ops on
+NPU tensors draw from the rank's device generators on their own path.  The swap is per op, never
+across the graph: a graph that waits for another rank (a host read of a collective's result) must
+not hold the swap that rank needs to draw.
+
+Limits: ``torch.default_generator`` used directly in a rank thread is torch's shared one.
 """
 from __future__ import annotations
 
@@ -30,10 +36,11 @@ import functools
 import threading
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import generators
 
-_local = threading.local()       # .generator: the rank's CPU generator; .inside: a swap is open
+_local = threading.local()       # .generator: the rank's CPU generator
 _installed = False
 _dynamo_tracing = torch.compiler.is_dynamo_compiling
 
@@ -54,7 +61,6 @@ def enter_rank() -> None:
     g = torch.Generator()
     g.manual_seed(generators.DEFAULT_SEED)
     _local.generator = g
-    _local.inside = False
     generators._rank.npu = {}
 
 
@@ -81,16 +87,86 @@ def _on_rank_generator(original):
         if _dynamo_tracing():               # first: Dynamo folds it to True and traces torch's function
             return original(*args, **kwargs)
         g = getattr(_local, "generator", None)
-        if g is None or _local.inside or _on_npu(args, kwargs):
+        if g is None or generators.swapped() or _on_npu(args, kwargs):
             return original(*args, **kwargs)
-        _local.inside = True
-        try:
-            with generators.drawing(g):
-                return original(*args, **kwargs)
-        finally:
-            _local.inside = False
+        with generators.drawing(g):
+            return original(*args, **kwargs)
     call._npugraph_rank_rng = True
     return call
+
+
+class _RankDraws(TorchDispatchMode):
+    """While a compiled graph runs in a rank thread: an op that draws from the CPU default
+    generator (seeded, no generator of its own, no NPU operand) draws from the rank's."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        g = getattr(_local, "generator", None)
+        if (g is None or not generators.seeded(func) or kwargs.get("generator") is not None
+                or generators.swapped() or _on_npu(args, kwargs)):
+            return func(*args, **kwargs)
+        with generators.drawing(g):
+            return func(*args, **kwargs)
+
+
+def _on_rank_generators(compiled_fn):
+    """``compiled_fn`` (what a backend made of a graph that draws), run under ``_RankDraws`` when
+    called in a rank thread."""
+    def run(*args, **kwargs):
+        if getattr(_local, "generator", None) is None:
+            return compiled_fn(*args, **kwargs)
+        with _RankDraws():
+            return compiled_fn(*args, **kwargs)
+    run.__name__ = getattr(compiled_fn, "__name__", "compiled_fn")
+    run.__wrapped__ = compiled_fn
+    return run
+
+
+_DRAWING_NAMES = frozenset(_TORCH + _FUNCTIONAL) - frozenset(_RANDOM)
+
+
+def _draws(gm) -> bool:
+    """Whether the Dynamo graph ``gm`` (or a subgraph of a higher-order op) may draw random numbers
+    (a module call is not looked into: it may)."""
+    for module in gm.modules():
+        graph = getattr(module, "graph", None)
+        if graph is None:
+            continue
+        for node in graph.nodes:
+            if node.op == "call_module" or node.op == "call_method" and node.target in _METHODS:
+                return True
+            if node.op != "call_function":
+                continue
+            target = node.target
+            if getattr(target, "_npugraph_rank_rng", False) or getattr(target, "__name__", None) in _DRAWING_NAMES:
+                return True
+            if isinstance(target, torch._ops.OpOverload) and generators.seeded(target):
+                return True
+            if isinstance(target, torch._ops.OpOverloadPacket) and any(
+                    generators.seeded(getattr(target, name)) for name in target.overloads()):
+                return True
+    return False
+
+
+def register_with_dynamo() -> None:
+    """A graph Dynamo compiles that draws runs on the rank's generators in rank threads (whatever
+    the backend): called when ``torch._dynamo`` is first imported."""
+    import sys
+
+    module = sys.modules.get("torch._dynamo.output_graph")      # loaded with torch._dynamo
+    if module is None:
+        return
+    OutputGraph = module.OutputGraph
+    original = OutputGraph.call_user_compiler
+    if getattr(original, "_npugraph_rank_rng", False):
+        return
+
+    @functools.wraps(original)
+    def call_user_compiler(self, gm, example_inputs):
+        compiled_fn = original(self, gm, example_inputs)
+        return _on_rank_generators(compiled_fn) if _draws(gm) else compiled_fn
+    call_user_compiler._npugraph_rank_rng = True
+    OutputGraph.call_user_compiler = call_user_compiler
 
 
 def _replace(owner, name: str, register_builtin: bool) -> None:

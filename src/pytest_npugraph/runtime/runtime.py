@@ -58,6 +58,10 @@ class Runtime:
     def new_block_id(self) -> int:
         return next(_ids)
 
+    def new_block_ids(self, n: int) -> list:
+        """``n`` new block ids, increasing (a planned run's blocks: alloc_schedule.py)."""
+        return list(itertools.islice(_ids, n))
+
     def new_stream(self, device: int, stream_id: int, label: str, **kw) -> StreamState:
         state = StreamState(next(_ids), device, stream_id, label, **kw)
         self.trace.streams[state.sid] = T.StreamInfo(state.sid, device, stream_id, label)

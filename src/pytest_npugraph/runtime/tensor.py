@@ -19,7 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import trace as T
-from . import compiled_backward, cpu_gaps, generators, profiles, wide_uints
+from . import aot_stream_estimate, compiled_backward, cpu_gaps, generators, profiles, wide_uints
 from .callsite import user_site
 from .outside_dynamo import outside_dynamo
 from .runtime import current
@@ -215,6 +215,8 @@ def _fake_on_npu(payload, device_index):
 
     if compiled_backward._original is None:     # before AOTAutograd compiles a graph of NPU tensors
         compiled_backward.install()
+    if aot_stream_estimate._original is None:   # before its stream pass estimates the graph's ops
+        aot_stream_estimate.install()
 
     with in_kernel_invocation_manager(payload.fake_mode):   # lets the fake stand for its meta tensor
         return FakeTensor(payload.fake_mode, payload, torch.device(NPU, device_index))

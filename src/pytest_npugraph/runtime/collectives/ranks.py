@@ -328,7 +328,9 @@ class Job:
                 lines.append(f"collective #{p.seq} of communicator {p.comm.name!r} is not the same op on every "
                              f"rank: {issued}")
                 continue
-            issued = ", ".join(f"rank {c.thread} at {c.site}" for c in p.calls.values())
+            # in rank order, not the order the ranks happened to issue it (a verdict's text is stable)
+            calls = sorted(p.calls.values(), key=lambda c: c.thread)
+            issued = ", ".join(f"rank {c.thread} at {c.site}" for c in calls)
             line = f"{p.describe()}: issued by {issued}"
             missing = [t for r, t in enumerate(p.comm.members) if r not in p.calls]
             if missing:

@@ -117,6 +117,18 @@ def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, ep
     return y.to(x1.dtype), rstd, total.to(x1.dtype)
 
 
+def npu_add_rms_norm_cast(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06):
+    """AddRmsNormCast (aclnnAddRmsNormCast): ``npu_add_rms_norm`` with the cast of its result fused in;
+    returns ``(float32(y), y, rstd, x1+x2)``, y in x1's dtype (float16 or bfloat16), as the doc's
+    ``y1 = float(y2)``: the float32 output is the rounded half-precision result widened."""
+    _check(x1.dtype in (torch.float16, torch.bfloat16),
+           lambda: f"npu_add_rms_norm_cast: x1 must be float16 or bfloat16, got {x1.dtype}")
+    _check(x2.dtype == x1.dtype and gamma.dtype == x1.dtype,
+           lambda: f"npu_add_rms_norm_cast: x2 and gamma must be {x1.dtype} as x1, got {x2.dtype} and {gamma.dtype}")
+    y, rstd, total = npu_add_rms_norm(x1, x2, gamma, epsilon)
+    return y.to(torch.float32), y, rstd, total
+
+
 def npu_add_rms_norm_v2_functional(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
                                    epsilon: float = 1e-06):
     """Out-of-place form of ``npu_add_rms_norm_v2``: returns (rstd, new x1, new x2).
@@ -322,6 +334,7 @@ SPECS = [
            npu_rms_norm_backward, vector(), meta=_rms_norm_backward_meta),
     OpSpec("npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
            npu_add_rms_norm, vector()),
+    OpSpec(generated("npu_add_rms_norm_cast"), npu_add_rms_norm_cast, vector()),
     # In place: x1 <- rms_norm(x1+x2)*gamma, x2 <- x1+x2.  Functionalization rewrites it to the
     # _functional variant (library._add_functionalization), as torch_npu's codegen does.
     OpSpec("npu_add_rms_norm_v2(Tensor(a!) x1, Tensor(b!) x2, Tensor gamma, float epsilon=1e-06) -> Tensor",

@@ -256,9 +256,10 @@ def _register_backends() -> None:
 
 def setup() -> None:
     """Apply every step once (each is idempotent on its own)."""
-    from pytest_npugraph.runtime import backend
+    from pytest_npugraph.runtime import backend, rank_rng
 
     for name, step in (("trace_rules", _patch_trace_rules), ("bare_devices", backend.register_with_dynamo),
+                       ("rank_generators", rank_rng.register_with_dynamo),
                        ("compiled_backward", backend.register_with_aot_autograd),
                        ("device_interface", _register_interface), ("in_graph_classes", _patch_in_graph_classes),
                        ("python_types", _patch_python_types), ("stream_context", _patch_stream_context),

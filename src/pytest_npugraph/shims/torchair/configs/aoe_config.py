@@ -1,4 +1,6 @@
 """``CompilerConfig.aoe_config`` (AOE tuning; accepted and ignored by the emulator)."""
+from typing import Optional
+
 from torchair.configs._option_base import FileValue, MustExistedPathValue, NpuBaseConfig, OptionValue
 
 __all__ = []
@@ -10,3 +12,9 @@ class _AoeConfig(NpuBaseConfig):
         self.work_path = MustExistedPathValue("./")
         self.aoe_config_file = FileValue(None)
         super().__init__()
+
+    def as_dict(self, mode: Optional[str] = "max-autotune"):
+        """Nothing unless AOE tuning is asked for."""
+        if self.aoe_mode.value is None:
+            return {}, {}
+        return super().as_dict(mode)

@@ -34,7 +34,15 @@ class _ExperimentalConfig(NpuBaseConfig):
         local = {name: getattr(self, name).value for name in ("remove_noop_ops", "pattern_fusion_pass",
                                                                "frozen_parameter")}
         if mode == "max-autotune":
-            return local, {}
+            local["ge.tiling_schedule_optimize"] = "1" if self.tiling_schedule_optimize else "0"
+            local["ge.featureBaseRefreshable"] = "1" if self.memory_efficiency else "0"
+            local["ge.topoSortingMode"] = {"BFS": "0", "DFS": "1", "RDFS": "2", "StableRDFS": "3"}[
+                self.topology_sorting_strategy.value]
+            if self.jit_compile.value == "auto":
+                local["ge.jit_compile"] = "2"
+            if self.static_model_ops_lower_limit.value is not None:
+                local["ge.exec.static_model_ops_lower_limit"] = str(self.static_model_ops_lower_limit.value)
+            return local, {"ge.exec.enableEngineParallel": "1" if self.cc_parallel_enable else "0"}
         aclgraph_local, aclgraph_global = self.aclgraph.as_dict(mode)
         local.update(aclgraph_local)
         return local, aclgraph_global

@@ -1,4 +1,6 @@
 """``CompilerConfig.export`` (``dynamo_export``; accepted, export itself is not emulated)."""
+from typing import Optional
+
 from torchair.configs._option_base import MustExistedPathValue, NpuBaseConfig, OptionValue
 
 __all__ = []
@@ -20,3 +22,8 @@ class _ExportConfig(NpuBaseConfig):
         self.weight_name = None
         self.inputs_name = None
         self.experimental = _ExperimentalConfig()
+
+    def as_dict(self, mode: Optional[str] = "max-autotune"):
+        if not self.export_mode:
+            return {}, {}
+        return {"export_path_dir": self.export_path_dir, "export_name": self.export_name}, {}
