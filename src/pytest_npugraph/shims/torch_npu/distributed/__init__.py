@@ -38,6 +38,10 @@ def _hccl_backend(name: str, output, input, group):
     """The group's hccl backend for torch_npu's own collectives, or None (with torch_npu's warnings) when
     the rank is outside the group or a tensor is not on the npu."""
     c10d = dist.distributed_c10d
+    c10d._check_single_tensor(output, "output")
+    c10d._check_single_tensor(input, "input")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"{name}(): group must be a ProcessGroup or None, not {type(group).__name__}")
     if c10d._rank_not_in_group(group):
         c10d._warn_not_in_group(name)
         return None
@@ -86,6 +90,9 @@ def all_to_all_vc(output, input, send_count_matrix, group=None, async_op=False):
     if group is None:
         return None
     size = dist.get_world_size(group)
+    if not isinstance(send_count_matrix, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in send_count_matrix):
+        raise TypeError(f"all_to_all_vc(): send_count_matrix must be a list of lists of ints, "
+                        f"not {type(send_count_matrix).__name__}")
     if len(send_count_matrix) != size:
         raise ValueError(f"send_count_matrix must have {size} rows (group size), got {len(send_count_matrix)}")
     for row in send_count_matrix:
