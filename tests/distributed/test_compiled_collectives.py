@@ -205,3 +205,37 @@ def test_wait_tensor_waits_on_the_work_of_its_result(npugraph, monkeypatch):
     assert npugraph.run_ranks(fn) == [[2.0, 2.0]] * 2
     assert sorted(issued) == ["npu:0 #0", "npu:0 #1", "npu:1 #0", "npu:1 #1"]
     assert sorted(waited) == ["npu:0 #0", "npu:1 #0"]     # the Work of ``kept`` only, once per rank
+
+
+def reduce_ops(x):
+    mean, biggest = x + 0, x * 1
+    dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+    dist.all_reduce(biggest, op=dist.ReduceOp.MAX)
+    return mean, biggest
+
+
+def test_compiled_reduce_ops(npugraph):
+    def fn(rank):
+        dist.init_process_group("hccl", rank=rank, world_size=WORLD)
+        x = data(rank, 2).npu()
+        return [t.cpu() for t in torch.compile(reduce_ops, backend="aot_eager", fullgraph=True)(x)]
+
+    xs = [data(r, 2) for r in range(WORLD)]
+    for mean, biggest in npugraph.run_ranks(fn):
+        torch.testing.assert_close(mean, (xs[0] + xs[1]) / 2)
+        torch.testing.assert_close(biggest, torch.maximum(xs[0], xs[1]))
+    npugraph.assert_clean()
+
+
+@pytest.mark.npu_devices(1)
+def test_a_world_of_one_outside_run_ranks(npugraph):
+    dist.init_process_group("hccl", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        x = data(0, 3).npu()
+        mean, biggest = torch.compile(reduce_ops, backend="aot_eager", fullgraph=True)(x)
+        torch.testing.assert_close(mean.cpu(), data(0, 3))
+        torch.testing.assert_close(biggest.cpu(), data(0, 3))
+    finally:
+        dist.destroy_process_group()
+    assert per_rank(npugraph) == {0: ["hccl::all_reduce"] * 2}
+    npugraph.assert_clean()
