@@ -188,8 +188,9 @@ def test_wait_tensor_waits_on_the_work_of_its_result(npugraph, monkeypatch):
 
     def spied(self, tensors, opts=None):
         device = f"npu:{tensors[0].device.index}"
-        issued.append(f"{device} #{sum(label.startswith(device) for label in issued)}")
-        return Work(allreduce(self, tensors, opts), issued[-1])
+        label = f"{device} #{sum(seen.startswith(device) for seen in issued)}"     # ranks append concurrently
+        issued.append(label)
+        return Work(allreduce(self, tensors, opts), label)
     monkeypatch.setattr(HcclProcessGroup, "allreduce", spied)
 
     def fn(rank):
