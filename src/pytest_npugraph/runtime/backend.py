@@ -287,10 +287,11 @@ def install(npu_module) -> None:
     defaulted = _device_constructors()      # read (and cached by torch) before a wrapper replaces a builtin
     if name != NPU:
         br._setup_privateuseone_for_python_backend(rename=NPU, backend_module=npu_module, device_guard=NpuDeviceGuard())
-    from . import special_ops, transfers
+    from . import functional_collectives, special_ops, transfers
 
     transfers.install()         # the dispatch core's op handlers
     special_ops.install()
+    functional_collectives.install()    # compiled collectives go to the emulated HCCL group
     _library = torch.library.Library("_", "IMPL")
     _library.fallback(_privateuse1_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _register_kernels()

@@ -198,7 +198,7 @@ class Job:
             hccl_modes.launch(self, comm, call.kernel[6:], stream)    # HCCL's launch checks (AIV mode)
         call.thread = rank
         call.rank = comm.members.index(rank)
-        call.site = user_site(3)
+        call.site = rt.site_hint() or user_site(3)     # a compiled graph's node: its line in the model
         with self.cond:
             self._check_failed()     # a rank the job gave up on issues nothing more
             seq = self.seqs.get((comm.name, rank), 0)
