@@ -5,6 +5,8 @@ import pytest
 import torch
 import torch_npu  # noqa: F401
 
+from graph.helpers import backend
+
 
 @pytest.fixture
 def default_npu():
@@ -45,18 +47,10 @@ def test_without_a_default_device_factories_stay_on_the_cpu():
 
 @pytest.mark.parametrize("mode", ["aot_eager", "max-autotune", "reduce-overhead"])
 def test_factories_in_compiled_code_follow_the_default_device(default_npu, mode):
-    import torchair
-
     def f(x):
         return x + torch.ones(2) + torch.arange(2)
 
-    if mode == "aot_eager":
-        backend = "aot_eager"
-    else:
-        config = torchair.CompilerConfig()
-        config.mode = mode
-        backend = torchair.get_npu_backend(compiler_config=config)
-    fn = torch.compile(f, backend=backend, fullgraph=True)
+    fn = torch.compile(f, backend="aot_eager" if mode == "aot_eager" else backend(mode), fullgraph=True)
     x = torch.ones(2)
     for _ in range(2):
         out = fn(x)

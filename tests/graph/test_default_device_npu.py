@@ -7,6 +7,8 @@ import torch
 import torch_npu  # noqa: F401
 import torchair
 
+from graph.helpers import backend
+
 
 @pytest.fixture
 def default_npu():
@@ -52,13 +54,7 @@ def _scale_by_sizes(x):
 def test_dynamic_sizes_become_python_numbers_under_the_default_device(default_npu, mode):
     """``float(x.size(-1))`` / ``int(...)`` of a symbolic size in a dynamic-shape graph (issue 25: it crashed
     with "'NoneType' object has no attribute 'item'" under ``set_default_device("npu")``)."""
-    if mode == "npugraph_ex":
-        backend = "npugraph_ex"
-    else:
-        config = torchair.CompilerConfig()
-        config.mode = mode
-        backend = torchair.get_npu_backend(compiler_config=config)
-    fn = torch.compile(_scale_by_sizes, backend=backend, dynamic=True)
+    fn = torch.compile(_scale_by_sizes, backend=backend(mode), dynamic=True)
     for rows, cols in ((2, 3), (4, 5)):
         x = torch.ones(rows, cols, device="npu")
         y, t = fn(x)
