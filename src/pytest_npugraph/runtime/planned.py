@@ -228,6 +228,21 @@ class Stretch:
                                        rt.freed_ranges.get(device))
 
 
+def base_slots(rt, stretch: Stretch, inputs: list):
+    """The addresses, block ids and blocks of a run's first ``stretch.slot_base`` slots: the inputs' blocks
+    (made known to ``rt`` when another runtime's allocator made them), then the stretch's fixed blocks."""
+    n = stretch.slot_base
+    los, bids, blocks = [0] * n, [0] * n, [None] * n
+    for i, block in enumerate(inputs):
+        if block is not None:
+            los[i], bids[i], blocks[i] = block.lo, block.bid, block
+            if block.allocator.runtime is not rt:
+                rt.known_block(block)
+    for j, block in enumerate(stretch.fixed, stretch.n_inputs):
+        los[j], bids[j], blocks[j] = block.lo, block.bid, block
+    return los, bids, blocks
+
+
 class Memory:
     """One run's blocks: the bases' addresses and ids, malloc and free of the slots."""
 
@@ -235,17 +250,7 @@ class Memory:
 
     def __init__(self, rt, stretch: Stretch, inputs: list):
         self.rt = rt
-        n = stretch.slot_base
-        los, bids, blocks = [0] * n, [0] * n, [None] * n
-        for i, block in enumerate(inputs):
-            if block is not None:
-                los[i], bids[i], blocks[i] = block.lo, block.bid, block
-                if block.allocator.runtime is not rt:
-                    rt.known_block(block)
-        for j, block in enumerate(stretch.fixed):
-            los[stretch.n_inputs + j], bids[stretch.n_inputs + j], blocks[stretch.n_inputs + j] = \
-                block.lo, block.bid, block
-        self.los, self.bids, self.blocks = los, bids, blocks
+        self.los, self.bids, self.blocks = base_slots(rt, stretch, inputs)
         self.thread = rt.thread()
 
     def spans(self, specs) -> tuple:
@@ -354,16 +359,7 @@ class FastRun:
                 a._busy -= 1
                 while a._deferred and not a._busy:
                     a.free(a._deferred.pop())
-            n = stretch.slot_base
-            L, B, blocks = [0] * n, [0] * n, [None] * n
-            for i, block in enumerate(inputs):
-                if block is not None:
-                    L[i], B[i], blocks[i] = block.lo, block.bid, block
-                    if block.allocator.runtime is not rt:
-                        rt.known_block(block)
-            for j, block in enumerate(stretch.fixed):
-                i = stretch.n_inputs + j
-                L[i], B[i], blocks[i] = block.lo, block.bid, block
+            L, B, blocks = base_slots(rt, stretch, inputs)
             L.extend(self.los)
             B.extend(slot_bids)
             blocks.extend(map(live.get, range(self.n_slots)))

@@ -333,11 +333,11 @@ class _Plan:
         self.writes_kw = {name: is_write for _, name, _, is_write in self.args}
         # an aten op refuses CPU operands (but 0-dim scalars and the index ops' indices)
         self.host_check = schema.name.startswith("aten::") and schema.name not in _HOST_OPERANDS_OK
-        # a view of its first argument, its only tensor (``view``, ``t``, ``expand``, ``split``...)
         # (schema name, the wide uints its NPU kernel takes) when it lacks one (wide_uints); no kernel: None
         taken = wide_uints.taken(schema.name)
         self.uints = None if self.metadata_only or self.metadata_inplace or taken == wide_uints.WIDE \
             else (schema.name, taken)
+        # a view of its first argument, its only tensor (``view``, ``t``, ``expand``, ``split``...)
         self.view_of_first = views and self.special is None and \
             [i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)] == [0] and \
             all(str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns) and len(schema.returns) == 1

@@ -34,9 +34,9 @@ def is_hccl_available() -> bool:
     return "hccl" in dist.Backend.backend_list
 
 
-def _hccl_backend(name: str, output, input, group):
-    """The group's hccl backend for torch_npu's own collectives, or None (with torch_npu's warnings) when
-    the rank is outside the group or a tensor is not on the npu."""
+def _npu_group(name: str, output, input, group):
+    """The process group of torch_npu's own collectives (the default group for None), or None with
+    torch_npu's warnings when the rank is outside the group or a tensor is not on the npu."""
     c10d = dist.distributed_c10d
     c10d._check_single_tensor(output, "output")
     c10d._check_single_tensor(input, "input")
@@ -64,7 +64,7 @@ def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.
                                  async_op=False):
     """``torch_npu.distributed.reduce_scatter_tensor_uneven`` (HCCL ReduceScatterV): rank r receives the
     reduction of rows ``[sum(input_split_sizes[:r]), +input_split_sizes[r])`` of every rank's input."""
-    group = _hccl_backend("reduce_scatter_tensor_uneven", output, input, group)
+    group = _npu_group("reduce_scatter_tensor_uneven", output, input, group)
     if group is None:
         return None
     opts = dist.ReduceScatterOptions()
@@ -76,7 +76,7 @@ def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.
 def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None, async_op=False):
     """``torch_npu.distributed.all_gather_into_tensor_uneven`` (HCCL AllGatherV): rows
     ``[sum(output_split_sizes[:r]), +output_split_sizes[r])`` of every rank's output are rank r's input."""
-    group = _hccl_backend("all_gather_into_tensor_uneven", output, input, group)
+    group = _npu_group("all_gather_into_tensor_uneven", output, input, group)
     if group is None:
         return None
     backend = group._get_backend(torch.device("npu"))
@@ -86,7 +86,7 @@ def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=
 def all_to_all_vc(output, input, send_count_matrix, group=None, async_op=False):
     """``torch_npu.distributed.all_to_all_vc`` (HCCL AlltoAllVC): ``send_count_matrix[i][j]`` elements go
     from rank i to rank j; every rank passes the same full matrix."""
-    group = _hccl_backend("all_to_all_vc", output, input, group)
+    group = _npu_group("all_to_all_vc", output, input, group)
     if group is None:
         return None
     size = dist.get_world_size(group)
